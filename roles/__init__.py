@@ -1,0 +1,1 @@
+"""The RL logic of mpirl: controller, generator, reward and trainer roles."""

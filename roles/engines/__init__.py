@@ -1,0 +1,1 @@
+"""Generation engines a generator rank can drive (``torch``, ``vllm``)."""

@@ -1,0 +1,42 @@
+"""The contract every generation engine meets, so the generator role cannot tell them apart.
+
+An engine samples ``n`` responses for each prompt and reports, per generated token, the
+token id and its log-probability under the distribution it was *sampled from* (the
+behaviour policy mu of AIPO: after temperature and top-p). It takes new weights in place,
+by Hugging Face parameter name, without being rebuilt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+import numpy as np
+import torch
+
+
+@dataclass
+class SamplingConfig:
+    temperature: float = 1.0  # softmax temperature; the behaviour log-probs include it
+    top_p: float = 1.0  # nucleus sampling mass; 1.0 keeps the whole vocabulary
+    max_new_tokens: int = 16  # hard cap on response length (finish_reason "length")
+    seed: int | None = None  # base seed for the engine's sampler; None = nondeterministic
+
+
+@dataclass
+class Sample:
+    response_ids: np.ndarray  # int32 [T]: generated tokens, EOS included when it was sampled
+    logprobs: np.ndarray  # float32 [T]: log mu(token) under the sampling distribution
+    finish_reason: str  # "stop" (EOS sampled) or "length" (max_new_tokens reached)
+
+
+class Engine(Protocol):
+    def generate(
+        self, prompts: list[np.ndarray], n: int, sampling: SamplingConfig
+    ) -> list[list[Sample]]:
+        """Sample ``n`` responses per prompt (int32 token ids); result[i][j] is sample j of prompt i."""
+        ...
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Replace the weights in place (Hugging Face names); no rebuild, no stale KV cache."""
+        ...
