@@ -1,0 +1,229 @@
+"""The role-map file: its schema, validation and the rank -> role assignment.
+
+Everything is checked before any work starts. A mistake — an unknown key, a wrong type, a
+non-positive size, a missing model folder — becomes one :class:`ConfigError` whose text
+names the field (``run.steps: must be > 0, got 0``). Relative paths are taken from the
+directory ``mpirun`` was started in.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+ROLE_ORDER = ("controller", "generator", "reward", "trainer")  # ranks are handed out in this order
+
+
+class ConfigError(ValueError):
+    """An invalid role map; the message names the field and the problem."""
+
+
+class _Section(BaseModel):
+    # Unknown keys are errors (a typo must not silently fall back to a default).
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+# ----------------------------------------------------------------------------- world
+
+
+class RoleGroup(_Section):
+    ranks: int = Field(1, gt=0)  # how many MPI ranks play this role
+
+
+class GeneratorGroup(RoleGroup):
+    engine: Literal["torch", "vllm"] = "torch"  # torch: our KV-cache sampler; vllm: in-process vllm.LLM
+    tensor_parallel: int = Field(1, gt=0)  # devices one vLLM engine spans (GPU only)
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1)  # vLLM's share of device memory
+    batch_prompts: int = Field(0, ge=0)  # prompts per generation batch; 0 = prompts_per_step / generators
+
+
+class TrainerGroup(RoleGroup):
+    pass
+
+
+def _shorthand(value):
+    """``generator: 2`` means ``generator: {ranks: 2}``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {"ranks": value}
+    return value
+
+
+class World(_Section):
+    controller: RoleGroup = RoleGroup()  # exactly one rank: it owns the loop and the data
+    generator: GeneratorGroup = GeneratorGroup()
+    reward: RoleGroup = RoleGroup()
+    trainer: TrainerGroup = TrainerGroup()
+
+    _wrap = field_validator("controller", "generator", "reward", "trainer", mode="before")(
+        lambda cls, v: _shorthand(v)
+    )
+
+    @field_validator("controller")
+    @classmethod
+    def _one_controller(cls, v: RoleGroup) -> RoleGroup:
+        if v.ranks != 1:
+            raise ValueError(f"there must be exactly 1 controller rank, got {v.ranks}")
+        return v
+
+    def counts(self) -> dict[str, int]:
+        return {role: getattr(self, role).ranks for role in ROLE_ORDER}
+
+    @property
+    def size(self) -> int:
+        return sum(self.counts().values())
+
+    def roles_by_rank(self) -> list[str]:
+        return [role for role, n in self.counts().items() for _ in range(n)]
+
+
+# ------------------------------------------------------------------------- sections
+
+
+class ModelSection(_Section):
+    path: str  # folder with a Hugging Face causal LM (config, safetensors, tokenizer)
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # parameter dtype everywhere
+
+    @field_validator("path")
+    @classmethod
+    def _exists(cls, v: str) -> str:
+        p = Path(v)
+        if not p.is_dir():
+            raise ValueError(f"no model folder at {v!r} (resolved to {p.resolve()})")
+        if not (p / "config.json").is_file():
+            raise ValueError(f"{v!r} has no config.json: not a Hugging Face model folder")
+        return v
+
+
+class RolloutSection(_Section):
+    prompts_per_step: int = Field(16, gt=0)  # prompt groups the trainer consumes per step
+    samples_per_prompt: int = Field(8, gt=0)  # group size n for the group baseline
+    max_new_tokens: int = Field(16, gt=0)  # response length cap
+    temperature: float = Field(1.0, gt=0)  # sampling temperature (the trainer uses the same)
+    top_p: float = Field(1.0, gt=0, le=1)  # nucleus mass; < 1 truncates the behaviour policy
+
+
+class AlgorithmSection(_Section):
+    loss: Literal["aipo", "grpo"] = "aipo"  # aipo: ratio clipped from above only (LlamaRL)
+    rho: float = Field(4.0, ge=1)  # AIPO's clip on the importance ratio; paper: 2..10
+    clip_eps: float = Field(0.2, gt=0, lt=1)  # GRPO's PPO clip range
+    kl_coef: float = Field(0.0, ge=0)  # GRPO's KL-to-reference weight (0 = no reference model)
+    advantage: Literal["group_mean", "group_std", "leave_one_out"] = "group_mean"  # baseline
+    lr: float = Field(3.0e-5, gt=0)  # AdamW learning rate
+    weight_decay: float = Field(0.0, ge=0)
+    grad_clip: float = Field(1.0, ge=0)  # max gradient norm; 0 disables clipping
+    micro_batch: int = Field(64, gt=0)  # sequences per forward/backward (gradient accumulation)
+
+
+class TaskSection(_Section):
+    name: Literal["arith"] = "arith"  # the prompt set and its built-in verifier
+    max_operand: int = Field(20, gt=1)  # arith: a, b < max_operand
+    heldout_fraction: float = Field(0.2, gt=0, lt=1)  # arith: pairs kept out of training
+    verifier: str = "arith_exact"  # built-in verifier name, or "package.module:function"
+    verifier_timeout_s: float = Field(2.0, gt=0)  # a slower user function scores 0
+
+    @field_validator("verifier")
+    @classmethod
+    def _verifier_form(cls, v: str) -> str:
+        if ":" in v:
+            module, _, fn = v.partition(":")
+            if not module or not fn or not fn.isidentifier():
+                raise ValueError(f"a user verifier is written 'package.module:function', got {v!r}")
+        return v
+
+
+class WeightsSection(_Section):
+    transport: Literal["torch", "mpi"] = "torch"  # torch.distributed (gloo/NCCL) or MPI buffers
+    bucket_mb: int = Field(64, gt=0)  # flat buffer size for bucketed point-to-point sends
+
+
+class RunSection(_Section):
+    steps: int = Field(gt=0)  # trainer steps before the controller stops the job
+    max_staleness: int = Field(1, ge=0)  # 0 = on-policy; k = generate with weights <= k versions old
+    seed: int = 0
+    out: str = "runs/default"  # metrics.jsonl, summary.json, traces go here
+    progress: bool = True  # progress bar on the controller's terminal
+    timeout_s: float = Field(3600.0, gt=0)  # a step that makes no progress this long aborts the job
+
+
+class RoleMap(_Section):
+    world: World = World()
+    model: ModelSection
+    rollout: RolloutSection = RolloutSection()
+    algorithm: AlgorithmSection = AlgorithmSection()
+    task: TaskSection = TaskSection()
+    weights: WeightsSection = WeightsSection()
+    run: RunSection
+
+    @model_validator(mode="after")
+    def _batches_fit(self) -> "RoleMap":
+        g = self.world.generator
+        if g.batch_prompts and g.batch_prompts > self.rollout.prompts_per_step:
+            raise ValueError(
+                f"world.generator.batch_prompts ({g.batch_prompts}) exceeds "
+                f"rollout.prompts_per_step ({self.rollout.prompts_per_step})"
+            )
+        return self
+
+    def generator_batch_prompts(self) -> int:
+        g = self.world.generator
+        return g.batch_prompts or max(1, -(-self.rollout.prompts_per_step // g.ranks))
+
+
+# ------------------------------------------------------------------------- loading
+
+
+def _format(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        where = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        if e["type"] == "extra_forbidden":
+            lines.append(f"{where}: unknown key")
+        elif e["type"] == "missing":
+            lines.append(f"{where}: required but missing")
+        elif e["type"] == "value_error":  # our own validators already name the value
+            lines.append(f"{where}: {e['msg'].removeprefix('Value error, ')}")
+        else:
+            lines.append(f"{where}: {e['msg']} (got {e.get('input')!r})")
+    return "; ".join(lines)
+
+
+def parse(data: dict, source: str = "<config>") -> RoleMap:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: a role map is a YAML mapping, got {type(data).__name__}")
+    try:
+        return RoleMap.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(f"{source}: {_format(e)}") from None
+
+
+def load(path: str | Path) -> RoleMap:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"no role-map file at {str(path)!r}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    return parse(data, str(path))
+
+
+def check_world_size(cfg: RoleMap, size: int, source: str = "<config>") -> None:
+    if cfg.world.size != size:
+        parts = " + ".join(f"{r} {n}" for r, n in cfg.world.counts().items())
+        raise ConfigError(
+            f"{source}: world: the role map asks for {cfg.world.size} ranks ({parts}) "
+            f"but the job has {size}; run it with mpirun -n {cfg.world.size}"
+        )
+
+
+def rank_table(cfg: RoleMap) -> str:
+    rows = ["rank  role        index"]
+    counters: dict[str, int] = {}
+    for rank, role in enumerate(cfg.world.roles_by_rank()):
+        i = counters.get(role, 0)
+        counters[role] = i + 1
+        rows.append(f"{rank:>4}  {role:<10}  {i:>5}")
+    return "\n".join(rows)

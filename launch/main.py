@@ -1,0 +1,45 @@
+"""One MPI job: validate the role map on every rank, assign roles, run each rank's actor.
+
+Every rank parses and validates the file itself (they all read the same file, so they
+all reach the same verdict without talking). On a bad file rank 0 prints the one message
+and every rank exits with code 2, before any collective call could leave a peer waiting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+# Threads: each rank is one process among several on a node; letting every one of them
+# spawn a thread per core oversubscribes the machine. Must precede importing torch.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+from mpi4py import MPI  # noqa: E402
+
+from launch import config  # noqa: E402
+
+EXIT_CONFIG = 2
+
+
+def _fail_config(message: str) -> None:
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        print(f"mpirl: config error: {message}", file=sys.stderr, flush=True)
+    sys.exit(EXIT_CONFIG)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m launch", description=__doc__)
+    parser.add_argument("config", help="role-map YAML file")
+    args = parser.parse_args(argv)
+
+    world = MPI.COMM_WORLD
+    try:
+        cfg = config.load(args.config)
+        config.check_world_size(cfg, world.Get_size(), args.config)
+    except config.ConfigError as e:
+        _fail_config(str(e))
+
+    from launch.job import run_rank  # heavy imports (torch) only once the config is sound
+
+    run_rank(cfg, args.config)

@@ -1,0 +1,167 @@
+"""Controller rank: owns the prompt stream and the loop; never touches a rollout.
+
+It hands each step's prompts to the generators once the policy they must be sampled with
+exists: prompts for step s go out when ``trainer_version >= s - max_staleness``, each batch
+tagged with that minimum version (the generator waits for those weights if it lacks them). So with ``max_staleness = 0`` a step's data is sampled by the very policy
+it trains (synchronous on-policy), with 1 the generators sample step s+1 while the trainer
+trains step s (LlamaRL's one-step off-policy). It logs one JSON line per step from the
+notices it receives and stops everyone after ``run.steps`` steps.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from roles.messages import BatchDone, FinalVersion, PromptBatch, Scored, StepDone
+from runtime import Actor, Envelope, Stop, handles
+
+
+class ControllerActor(Actor):
+    def __init__(self, mailbox, cfg, prompts: list[np.ndarray], progress=None):
+        """``prompts`` are the training prompts' token ids; index = prompt id."""
+        super().__init__(mailbox)
+        self.cfg = cfg
+        self.prompts = prompts
+        self.rng = np.random.default_rng(cfg.run.seed)
+        self.order = self._epoch_order()
+        self.cursor = 0  # position in the current epoch's order (part of the data position)
+        self.trainer_version = 0
+        self.next_step_to_send = 0
+        self.next_batch_id = 0
+        self.n_generators = cfg.world.generator.ranks
+        self.batch_prompts = cfg.generator_batch_prompts()
+        # Per-step accumulators of the notices, merged into one metrics line per step.
+        self.gen = collections.defaultdict(collections.Counter)
+        self.scored = collections.defaultdict(collections.Counter)
+        self.out = Path(cfg.run.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.metrics_file = open(self.out / "metrics.jsonl", "w")
+        self.t_start = time.perf_counter()
+        self.t_last_step = self.t_start
+        self.progress = progress
+        self.history: list[dict] = []
+        self.last_pushed = 0  # newest weight version the trainer has sent to generators
+        self._fill()
+
+    def step(self) -> bool:
+        # Watchdog: a job that makes no progress must end, not sit on the allocation.
+        if time.perf_counter() - self.t_last_step > self.cfg.run.timeout_s:
+            raise TimeoutError(
+                f"no trainer step finished for {self.cfg.run.timeout_s:.0f} s "
+                f"(waiting for step {len(self.history)}; run.timeout_s)"
+            )
+        return False
+
+    def _epoch_order(self) -> np.ndarray:
+        return self.rng.permutation(len(self.prompts))
+
+    def _take(self, n: int) -> list[int]:
+        ids = []
+        while len(ids) < n:
+            if self.cursor == len(self.order):
+                self.order, self.cursor = self._epoch_order(), 0
+            take = min(n - len(ids), len(self.order) - self.cursor)
+            ids.extend(int(i) for i in self.order[self.cursor : self.cursor + take])
+            self.cursor += take
+        return ids
+
+    def _fill(self) -> None:
+        """Send every step whose required policy version already exists."""
+        k = self.cfg.run.max_staleness
+        while self.next_step_to_send < self.cfg.run.steps and self.trainer_version >= self.next_step_to_send - k:
+            self._send_step(self.next_step_to_send)
+            self.next_step_to_send += 1
+
+    def _send_step(self, step: int) -> None:
+        P = self.cfg.rollout.prompts_per_step
+        ids = self._take(P)
+        min_version = max(0, step - self.cfg.run.max_staleness)
+        for j, start in enumerate(range(0, P, self.batch_prompts)):
+            chunk = ids[start : start + self.batch_prompts]
+            batch = PromptBatch(
+                batch_id=self.next_batch_id,
+                step=step,
+                min_version=min_version,
+                prompt_ids=chunk,
+                group_ids=[step * P + start + i for i in range(len(chunk))],
+                prompts=[self.prompts[i] for i in chunk],
+                samples_per_prompt=self.cfg.rollout.samples_per_prompt,
+                seed=self.cfg.run.seed * 1_000_003 + self.next_batch_id,
+            )
+            # Round-robin over generators keeps them equally loaded for equal batches.
+            self.mailbox.send(("generator", self.next_batch_id % self.n_generators), batch)
+            self.next_batch_id += 1
+
+    # -------------------------------------------------------------------- notices
+
+    @handles(BatchDone)
+    def on_batch_done(self, env: Envelope) -> None:
+        m: BatchDone = env.msg
+        c = self.gen[m.step]
+        c["generate_s"] += m.generate_s
+        c["gen_wait_s"] += m.wait_s
+        c["weight_load_s"] += m.weight_load_s
+        c["weight_syncs"] += m.weight_syncs
+        c["gen_tokens"] += m.tokens
+        c["batches"] += 1
+
+    @handles(Scored)
+    def on_scored(self, env: Envelope) -> None:
+        m: Scored = env.msg
+        c = self.scored[m.step]
+        c["score_s"] += m.score_s
+        c["verifier_failures"] += m.failures
+        c["verifier_timeouts"] += m.timeouts
+
+    @handles(StepDone)
+    def on_step_done(self, env: Envelope) -> None:
+        m: StepDone = env.msg
+        now = time.perf_counter()
+        self.trainer_version = m.version
+        self.last_pushed = max(self.last_pushed, int(m.metrics.get("pushed_version", 0)))
+        gen, scored = self.gen.pop(m.step, {}), self.scored.pop(m.step, {})
+        record = {
+            "step": m.step,
+            "policy_version": m.version,
+            "reward_mean": m.metrics.get("reward_mean"),
+            "accuracy": m.metrics.get("accuracy"),
+            "loss": m.metrics.get("loss"),
+            "tokens": int(m.metrics.get("tokens", 0)),
+            "generation_s": gen.get("generate_s", 0.0),
+            "reward_s": scored.get("score_s", 0.0),
+            "training_s": m.metrics.get("train_s"),
+            "weight_sync_s": m.metrics.get("weight_send_s", 0.0) + gen.get("weight_load_s", 0.0),
+            "generator_wait_s": gen.get("gen_wait_s", 0.0),
+            "staleness_max": m.metrics.get("staleness_max"),
+            "staleness_mean": m.metrics.get("staleness_mean"),
+            "verifier_failures": int(scored.get("verifier_failures", 0)),
+            "verifier_timeouts": int(scored.get("verifier_timeouts", 0)),
+            "step_s": now - self.t_last_step,
+            "elapsed_s": now - self.t_start,
+            "trainer": m.metrics,
+        }
+        self.t_last_step = now
+        self.metrics_file.write(json.dumps(record) + "\n")
+        self.metrics_file.flush()
+        self.history.append(record)
+        if self.progress is not None:
+            self.progress.update(1)
+            self.progress.set_postfix(reward=f"{record['reward_mean']:.3f}", v=m.version)
+        if m.step + 1 >= self.cfg.run.steps:
+            # Generators must take in every version the trainer pushed before they leave,
+            # or the trainer's last sends would never complete.
+            self.mailbox.send_role("generator", FinalVersion(version=self.last_pushed))
+            self.mailbox.send_all(Stop("finished"))
+            self.stop("finished")
+            return
+        self._fill()
+
+    def on_stop(self, reason: str) -> None:
+        self.metrics_file.close()
+        if self.progress is not None:
+            self.progress.close()

@@ -1,0 +1,136 @@
+"""Generator rank: samples prompt batches with its engine, sends each group to a reward rank.
+
+New weights arrive in the background (the receiver posts its receives into staging
+buffers as soon as the trainer announces a version) and are swapped in at a batch
+boundary, so generation never stops for a transfer it does not need yet. It stops and
+waits only when a batch demands a newer policy than it holds (the staleness bound).
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+
+import numpy as np
+
+from roles.engines.base import SamplingConfig
+from roles.messages import BatchDone, FinalVersion, PromptBatch, Rollout, WeightsPushed
+from runtime import Actor, Envelope, handles
+
+
+class GeneratorActor(Actor):
+    def __init__(self, mailbox, cfg, engine, receiver, version: int = 0):
+        super().__init__(mailbox)
+        self.cfg = cfg
+        self.engine = engine
+        self.receiver = receiver  # WeightReceiver: start(v) / ready() / finish() -> named tensors
+        self.version = version  # policy version of the weights in the engine
+        self.announced: collections.deque[int] = collections.deque()  # versions on their way
+        self.queue: collections.deque[PromptBatch] = collections.deque()
+        self.n_reward = cfg.world.reward.ranks
+        self.final_version = 0  # set by FinalVersion just before Stop
+        # Weight-sync accounting since the last BatchDone (the controller logs it per step).
+        self._load_s = 0.0
+        self._syncs = 0
+
+    @handles(PromptBatch)
+    def on_batch(self, env: Envelope) -> None:
+        self.queue.append(env.msg)
+
+    @handles(WeightsPushed)
+    def on_weights(self, env: Envelope) -> None:
+        self.announced.append(env.msg.version)
+        if len(self.announced) == 1:
+            self.receiver.start(env.msg.version)
+
+    @handles(FinalVersion)
+    def on_final(self, env: Envelope) -> None:
+        self.final_version = env.msg.version
+
+    def on_stop(self, reason: str) -> None:
+        """Take in every pushed version before leaving, so no trainer send is left hanging."""
+        deadline = time.monotonic() + 300
+        while self.version < self.final_version:
+            if self.announced:
+                self._apply_received(load=False)  # nobody will sample with it: skip the load
+                continue
+            env = self.mailbox.poll()
+            if env is not None and isinstance(env.msg, WeightsPushed):
+                self.on_weights(env)
+            elif env is None:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"version {self.final_version} was never announced")
+                time.sleep(1e-3)
+
+    def _apply_received(self, load: bool = True) -> None:
+        """Load the version whose transfer has completed and start receiving the next."""
+        t0 = time.perf_counter()
+        named = self.receiver.finish()
+        if load:
+            self.engine.load_weights(named)
+        self.version = self.announced.popleft()
+        self._load_s += time.perf_counter() - t0
+        self._syncs += 1
+        if self.announced:
+            self.receiver.start(self.announced[0])
+
+    def _sync_weights(self, min_version: int) -> float:
+        """Swap in finished transfers; block until ``min_version`` is held. Returns seconds waited."""
+        while self.announced and self.receiver.ready():
+            self._apply_received()
+        waited = 0.0
+        while self.version < min_version:
+            t0 = time.perf_counter()
+            if not self.announced:
+                # The trainer announces before it pushes; keep handling messages until it does.
+                if self.handle_pending() == 0:
+                    time.sleep(1e-3)
+                if not self.running:
+                    return waited
+            else:
+                self._apply_received()  # blocks in finish() until the transfer is in
+            waited += time.perf_counter() - t0
+        return waited
+
+    def step(self) -> bool:
+        if not self.queue:
+            # Idle: still take weights in as soon as they land, off the critical path.
+            if self.announced and self.receiver.ready():
+                self._apply_received()
+                return True
+            return False
+        batch = self.queue.popleft()
+        wait_s = self._sync_weights(batch.min_version)
+        if not self.running:
+            return True
+        sampling = SamplingConfig(
+            temperature=self.cfg.rollout.temperature,
+            top_p=self.cfg.rollout.top_p,
+            max_new_tokens=self.cfg.rollout.max_new_tokens,
+            seed=batch.seed,
+        )
+        t0 = time.perf_counter()
+        groups = self.engine.generate(batch.prompts, batch.samples_per_prompt, sampling)
+        generate_s = time.perf_counter() - t0
+        tokens = 0
+        for pid, group_id, prompt, samples in zip(batch.prompt_ids, batch.group_ids, batch.prompts, groups):
+            rollout = Rollout(
+                prompt_id=pid,
+                group_id=group_id,
+                step=batch.step,
+                prompt_ids=np.asarray(prompt, dtype=np.int32),
+                response_ids=[s.response_ids for s in samples],
+                logprobs=[s.logprobs for s in samples],
+                finish_reasons=[s.finish_reason for s in samples],
+                policy_version=self.version,
+                timings={"generate_s": generate_s},
+            )
+            tokens += sum(len(s.response_ids) for s in samples)
+            self.mailbox.send(("reward", group_id % self.n_reward), rollout)
+        self.mailbox.send(("controller", 0), BatchDone(
+            batch_id=batch.batch_id, step=batch.step, groups=len(groups), tokens=tokens,
+            policy_version=self.version, generate_s=generate_s, wait_s=wait_s,
+            weight_load_s=self._load_s, weight_syncs=self._syncs,
+        ))
+        self._load_s, self._syncs = 0.0, 0
+        return True

@@ -1,0 +1,184 @@
+"""Trainer rank: collects scored groups for a step, takes an AIPO (or GRPO) step, pushes weights.
+
+With several trainer ranks the policy is sharded (FSDP2) over the trainers' communicator
+and each rank trains on its fixed share of the step's groups; the loss is scaled so that
+FSDP's gradient average equals the token mean over the *whole* step's batch.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+
+import torch
+import torch.distributed as dist
+
+from roles import advantages as adv_lib
+from roles import losses
+from roles.logprobs import response_logprobs
+from roles.messages import Rollout, StepDone, WeightsPushed
+from runtime import Actor, Envelope, handles
+
+
+def _pad(arrays, pad_value, dtype):
+    longest = max(len(a) for a in arrays)
+    out = torch.full((len(arrays), longest), pad_value, dtype=dtype)
+    for i, a in enumerate(arrays):
+        out[i, : len(a)] = torch.as_tensor(a, dtype=dtype)
+    return out
+
+
+class TrainerActor(Actor):
+    def __init__(self, mailbox, cfg, policy, sender, dp_group=None, on_finish=None):
+        """``policy`` is the (possibly FSDP-sharded) HF causal LM; ``sender`` pushes its weights."""
+        super().__init__(mailbox)
+        self.cfg = cfg
+        self.model = policy.model
+        self.local_params = policy.local_params  # callable -> what the weight sender pushes
+        self.sender = sender
+        self.dp_group = dp_group  # torch.distributed group of the trainers (None: one trainer)
+        self.n_trainers = cfg.world.trainer.ranks
+        self.is_leader = mailbox.mesh.index == 0
+        algo = cfg.algorithm
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=algo.lr, weight_decay=algo.weight_decay, betas=(0.9, 0.999)
+        )
+        self.version = 0  # policy version = optimizer steps taken
+        self.step_index = 0  # the step being collected
+        self.groups_per_rank = cfg.rollout.prompts_per_step // self.n_trainers
+        self.buffers: dict[int, list[Rollout]] = collections.defaultdict(list)
+        self._collect_started: float | None = None
+        self.last_metrics: dict[str, float] = {}
+        self.on_finish = on_finish  # called at Stop (e.g. to save the policy)
+
+    @handles(Rollout)
+    def on_rollout(self, env: Envelope) -> None:
+        r: Rollout = env.msg
+        if r.step < self.step_index:
+            raise RuntimeError(f"trainer got a group for step {r.step} after training it (now {self.step_index})")
+        self.buffers[r.step].append(r)
+
+    def step(self) -> bool:
+        if self.step_index >= self.cfg.run.steps:
+            return False
+        groups = self.buffers.get(self.step_index, [])
+        if len(groups) < self.groups_per_rank:
+            if self._collect_started is None:
+                self._collect_started = time.perf_counter()
+            return False
+        wait_s = time.perf_counter() - (self._collect_started or time.perf_counter())
+        del self.buffers[self.step_index]
+        metrics = self.train_on(groups)
+        metrics["trainer_wait_s"] = wait_s
+        self._collect_started = None
+        t0 = time.perf_counter()
+        self.version += 1
+        # After the last step nobody samples again: pushing would only delay shutdown.
+        if self.step_index + 1 < self.cfg.run.steps:
+            if self.is_leader:
+                self.mailbox.send_role("generator", WeightsPushed(version=self.version))
+            self.sender.push(self.local_params(), self.version)
+            metrics["pushed_version"] = float(self.version)
+        metrics["weight_send_s"] = time.perf_counter() - t0
+        metrics = self._reduce_metrics(metrics)
+        if self.is_leader:
+            self.mailbox.send(("controller", 0), StepDone(step=self.step_index, version=self.version, metrics=metrics))
+        self.last_metrics = metrics
+        self.step_index += 1
+        return True
+
+    def on_stop(self, reason: str) -> None:
+        self.sender.wait()  # the generators take in the last push before they stop
+        if self.on_finish is not None:
+            self.on_finish(self)
+
+    # ------------------------------------------------------------------ the update
+
+    def train_on(self, groups: list[Rollout]) -> dict[str, float]:
+        t0 = time.perf_counter()
+        algo, temperature = self.cfg.algorithm, self.cfg.rollout.temperature
+        prompts, responses, mus, advs, rewards, staleness = [], [], [], [], [], []
+        for g in groups:
+            r = torch.tensor(g.rewards, dtype=torch.float32)
+            a = adv_lib.group_advantages(r, mode=algo.advantage)
+            for ids, lp, ai in zip(g.response_ids, g.logprobs, a.tolist()):
+                prompts.append(g.prompt_ids)
+                responses.append(ids)
+                mus.append(lp)
+                advs.append(ai)
+            rewards.extend(g.rewards)
+            staleness.append(self.version - g.policy_version)
+
+        local_tokens = sum(len(x) for x in responses)
+        total_tokens = self._sum_across_trainers(float(local_tokens))
+        # FSDP averages gradients over trainers; scaling by n/total makes that average the
+        # token mean over the whole step (ranks' token counts differ).
+        scale = self.n_trainers / max(total_tokens, 1.0)
+
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_sum, sums = 0.0, collections.Counter()
+        mb = algo.micro_batch
+        for start in range(0, len(responses), mb):
+            sl = slice(start, start + mb)
+            logp, mask = response_logprobs(self.model, prompts[sl], responses[sl], temperature)
+            mu = _pad(mus[sl], 0.0, torch.float32)[:, : logp.shape[1]]
+            adv = torch.tensor(advs[sl], dtype=torch.float32)
+            if algo.loss == "aipo":
+                loss, m = losses.aipo_loss(logp, mu, adv, mask, rho=algo.rho)
+            else:
+                loss, m = losses.grpo_loss(logp, mu, adv, mask, clip_eps=algo.clip_eps)
+            n_tok = float(mask.sum())
+            (loss * n_tok * scale).backward()
+            loss_sum += float(loss) * n_tok
+            for k, v in m.items():
+                sums[k] += float(v) * n_tok
+        grad_norm = 0.0
+        if algo.grad_clip > 0:
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), algo.grad_clip))
+        self.optimizer.step()
+
+        metrics = {
+            "loss": loss_sum / max(local_tokens, 1),
+            "reward_mean": sum(rewards) / max(len(rewards), 1),
+            "accuracy": sum(1.0 for x in rewards if x >= 1.0) / max(len(rewards), 1),
+            "tokens": float(local_tokens),
+            "samples": float(len(responses)),
+            "staleness_max": float(max(staleness)),
+            "staleness_mean": sum(staleness) / len(staleness),
+            "grad_norm": grad_norm,
+            "train_s": time.perf_counter() - t0,
+        }
+        metrics.update({k: v / max(local_tokens, 1) for k, v in sums.items()})
+        return metrics
+
+    # ------------------------------------------------------------- data parallel
+
+    def _sum_across_trainers(self, value: float) -> float:
+        if self.dp_group is None:
+            return value
+        t = torch.tensor([value], dtype=torch.float64)
+        dist.all_reduce(t, group=self.dp_group)
+        return float(t)
+
+    # Per-rank figures that add up over trainers; the rest are averaged or maxed.
+    _SUMMED = ("tokens", "samples")
+    _MAXED = ("staleness_max", "train_s", "weight_send_s", "trainer_wait_s", "pushed_version")
+
+    def _reduce_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        if self.dp_group is None:
+            return metrics
+        keys = sorted(metrics)
+        t = torch.tensor([metrics[k] for k in keys], dtype=torch.float64)
+        summed, maxed = t.clone(), t.clone()
+        dist.all_reduce(summed, group=self.dp_group)
+        dist.all_reduce(maxed, op=dist.ReduceOp.MAX, group=self.dp_group)
+        out = {}
+        for i, k in enumerate(keys):
+            if k in self._SUMMED:
+                out[k] = float(summed[i])
+            elif k in self._MAXED:
+                out[k] = float(maxed[i])
+            else:
+                out[k] = float(summed[i]) / self.n_trainers
+        return out

@@ -1,0 +1,95 @@
+"""Actors: one role object per rank, message handlers plus a compute step, one event loop.
+
+An actor declares a handler per message type with ``@handles(Type)`` and may override
+``step()`` for compute that is not triggered by a message (a generator sampling its next
+batch, say). The loop interleaves the two: it handles every message that has arrived,
+runs one step, and backs off exponentially (up to ``max_idle_sleep_s``) when neither did
+anything, so an idle rank does not hold a core at 100%.
+"""
+
+from __future__ import annotations
+
+import time
+
+from runtime.mailbox import Envelope, Mailbox
+from runtime.messages import Stop
+
+
+def handles(*msg_types):
+    """Method decorator: this method handles messages of ``msg_types`` (called with an Envelope)."""
+
+    def mark(fn):
+        fn.__handles__ = msg_types
+        return fn
+
+    return mark
+
+
+class Actor:
+    min_idle_sleep_s = 20e-6  # first back-off when idle: short, so a reply is seen quickly
+    max_idle_sleep_s = 2e-3  # back-off ceiling: bounds both latency and idle CPU use
+
+    def __init__(self, mailbox: Mailbox):
+        self.mailbox = mailbox
+        self.running = True
+        self.stop_reason: str | None = None
+        self._handlers = {}
+        for name in dir(type(self)):
+            fn = getattr(type(self), name)
+            for t in getattr(fn, "__handles__", ()):
+                self._handlers[t] = getattr(self, name)
+
+    # Overridables ---------------------------------------------------------------
+
+    def step(self) -> bool:
+        """Do one unit of work that no message triggered; return True if anything was done."""
+        return False
+
+    def on_stop(self, reason: str) -> None:
+        """Called once when a Stop arrives, before the mailbox closes."""
+
+    # The loop -------------------------------------------------------------------
+
+    @handles(Stop)
+    def _handle_stop(self, env: Envelope) -> None:
+        self.stop(env.msg.reason)
+
+    def stop(self, reason: str = "done") -> None:
+        if self.running:
+            self.running = False
+            self.stop_reason = reason
+            self.on_stop(reason)
+
+    def dispatch(self, env: Envelope) -> None:
+        handler = self._handlers.get(type(env.msg))
+        if handler is None:
+            raise RuntimeError(
+                f"{type(self).__name__} at {self.mailbox.address} has no handler for "
+                f"{type(env.msg).__name__} (from {env.sender})"
+            )
+        handler(env)
+
+    def handle_pending(self) -> int:
+        """Handle every message that has arrived; return how many. Stops early on Stop."""
+        n = 0
+        while self.running:
+            env = self.mailbox.poll()
+            if env is None:
+                break
+            self.dispatch(env)
+            n += 1
+        return n
+
+    def run(self) -> None:
+        sleep = self.min_idle_sleep_s
+        while self.running:
+            busy = self.handle_pending() > 0
+            if self.running:
+                busy = self.step() or busy
+            self.mailbox.progress()
+            if busy:
+                sleep = self.min_idle_sleep_s
+            else:
+                time.sleep(sleep)
+                sleep = min(sleep * 2, self.max_idle_sleep_s)
+        self.mailbox.close()

@@ -1,0 +1,141 @@
+"""Mailboxes: typed messages between role-addressed ranks, sent asynchronously over MPI.
+
+A mailbox encodes messages with the msgpack codec and moves them with the MPI transport
+on its own duplicate of the mesh's communicator (so its tags never meet those of other
+MPI traffic). Large arrays travel as separate raw buffers, without a copy into the header.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, NamedTuple
+
+from mpi4py import MPI
+
+from runtime.mesh import Mesh
+from transports import codec
+from transports.mpi_transport import MPITransport
+
+
+class Address(NamedTuple):
+    role: str
+    index: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.role} {self.index}"
+
+
+@dataclass
+class Envelope:
+    sender: Address
+    msg: Any
+
+
+class Mailbox:
+    def __init__(self, mesh: Mesh, max_inflight_bytes: int = 256 * 1024 * 1024):
+        """Collective over the mesh's communicator (it is duplicated)."""
+        self.mesh = mesh
+        self.comm = mesh.comm.Dup()
+        self.transport = MPITransport(self.comm, max_inflight_bytes=max_inflight_bytes)
+        self.address = Address(mesh.role, mesh.index)
+        self.closed = False
+        self.dropped_after_close = 0  # messages that arrived after close(): a protocol smell
+
+    # ------------------------------------------------------------------ sending
+
+    def send(self, to: Address | tuple[str, int], msg) -> None:
+        """Queue ``msg`` for one actor; non-blocking unless back-pressure applies."""
+        role, index = to
+        self.transport.send(self.mesh.rank_of(role, index), codec.encode_frames(msg))
+
+    def send_role(self, role: str, msg) -> None:
+        """Send ``msg`` to every rank of ``role`` (the message is encoded once)."""
+        frames = codec.encode_frames(msg)
+        for rank in self.mesh.ranks(role):
+            self.transport.send(rank, frames)
+
+    def send_all(self, msg, include_self: bool = False) -> None:
+        frames = codec.encode_frames(msg)
+        for rank in range(self.comm.Get_size()):
+            if include_self or rank != self.mesh.rank:
+                self.transport.send(rank, frames)
+
+    def progress(self) -> None:
+        self.transport.progress()
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        self.transport.flush(timeout_s)
+
+    # ---------------------------------------------------------------- receiving
+
+    def poll(self) -> Envelope | None:
+        """The next message that has arrived, or None at once."""
+        got = self.transport.poll()
+        if got is None:
+            return None
+        msg = codec.decode(got.frames[0], got.frames[1:])
+        return Envelope(Address(*self.mesh.whois(got.source)), msg)
+
+    def drain(self, limit: int | None = None) -> list[Envelope]:
+        """Every message that has arrived by now (up to ``limit``), oldest first per sender."""
+        out = []
+        while limit is None or len(out) < limit:
+            env = self.poll()
+            if env is None:
+                break
+            out.append(env)
+        return out
+
+    def wait(self, timeout_s: float, types: Iterable[type] | None = None) -> Envelope:
+        """Block (with a back-off, not a spin) until a message arrives; raise on timeout.
+
+        With ``types``, messages of other types are an error: this is for lock-step
+        exchanges where anything else means a protocol bug.
+        """
+        deadline = time.monotonic() + timeout_s
+        sleep = 20e-6
+        while True:
+            env = self.poll()
+            if env is not None:
+                if types is not None and not isinstance(env.msg, tuple(types)):
+                    raise RuntimeError(f"{self.address}: expected {[t.__name__ for t in types]}, "
+                                       f"got {type(env.msg).__name__} from {env.sender}")
+                return env
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{self.address}: no message within {timeout_s} s")
+            self.transport.progress()
+            time.sleep(sleep)
+            sleep = min(sleep * 2, 2e-3)
+
+    # ----------------------------------------------------------------- shutdown
+
+    def close(self, timeout_s: float = 60.0) -> None:
+        """Quiesce: complete our sends, then wait for every rank to do the same.
+
+        Collective over the communicator. While waiting, anything that still arrives is
+        received and dropped, so a peer blocked sending to us is always released.
+        """
+        if self.closed:
+            return
+        deadline = time.monotonic() + timeout_s
+        while self.transport.pending_sends:
+            self._drop_incoming()
+            self.transport.progress()
+            self._check(deadline, "completing sends")
+            time.sleep(50e-6)
+        barrier = self.comm.Ibarrier()  # non-blocking: we keep receiving until all are here
+        while not barrier.Test():
+            self._drop_incoming()
+            self._check(deadline, "waiting for the other ranks to close")
+            time.sleep(200e-6)
+        self._drop_incoming()
+        self.closed = True
+
+    def _drop_incoming(self) -> None:
+        while self.transport.poll() is not None:
+            self.dropped_after_close += 1
+
+    def _check(self, deadline: float, what: str) -> None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{self.address}: mailbox close timed out {what}")

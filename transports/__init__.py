@@ -1,0 +1,1 @@
+"""Moving bytes and tensors: msgpack codec, MPI message transport, weight transports."""
