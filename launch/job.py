@@ -1,0 +1,90 @@
+"""Build and run the actor of this rank: distributed setup in one place.
+
+Order matters and is the same on every rank: mesh (splits COMM_WORLD), mailbox (dups it),
+torch.distributed (collective), the weight group (collective), then each rank builds its
+own role. Collectives come before any role-specific work so no rank can wait on one that
+is still loading a model.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+
+import numpy as np
+import torch
+from mpi4py import MPI
+
+from launch.config import RoleMap
+from runtime import Mailbox, Mesh, abort_on_error
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def run_rank(cfg: RoleMap, config_path: str) -> None:
+    world = MPI.COMM_WORLD
+    roles = cfg.world.roles_by_rank()
+    role = roles[world.Get_rank()]
+    with abort_on_error(role):
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        mesh = Mesh(world, roles)
+        mailbox = Mailbox(mesh)
+        seed_everything(cfg.run.seed + 1000 * mesh.rank)
+        actor = build_actor(cfg, mesh, mailbox)
+        t0 = time.perf_counter()
+        actor.run()
+        if mesh.rank == 0:
+            print(f"mpirl: {role} finished ({actor.stop_reason}) in {time.perf_counter() - t0:.1f} s", flush=True)
+    # Every rank returns here; mpi4py finalizes MPI at interpreter exit.
+
+
+def build_actor(cfg: RoleMap, mesh: Mesh, mailbox: Mailbox):
+    from transformers import AutoTokenizer
+
+    from roles.weights import WeightPath
+
+    # The weight path spans trainers and generators; it is collective, so every rank
+    # (controller and reward ranks too) takes part in building it.
+    weights = WeightPath.build(cfg, mesh)
+    tokenizer = AutoTokenizer.from_pretrained(cfg.model.path)
+
+    if mesh.role == "controller":
+        from roles.controller import ControllerActor
+        from roles.tasks.arith import ArithConfig, ArithTask
+
+        task = ArithTask(tokenizer, ArithConfig(cfg.task.max_operand, cfg.task.heldout_fraction, cfg.run.seed))
+        prompts = {p.id: task.encode_prompt(p) for p in task.train_prompts()}
+        progress = None
+        if cfg.run.progress:
+            from tqdm import tqdm
+
+            progress = tqdm(total=cfg.run.steps, desc="mpirl steps", unit="step", dynamic_ncols=True)
+        return ControllerActor(mailbox, cfg, prompts, progress=progress)
+
+    if mesh.role == "generator":
+        from roles.engines import make_engine
+        from roles.generator import GeneratorActor
+
+        engine = make_engine(cfg, seed=cfg.run.seed + mesh.index)
+        return GeneratorActor(mailbox, cfg, engine, weights.receiver())
+
+    if mesh.role == "reward":
+        from roles.reward import RewardActor
+
+        return RewardActor(mailbox, cfg, tokenizer)
+
+    if mesh.role == "trainer":
+        from roles.trainer import TrainerActor
+
+        policy = weights.policy
+        return TrainerActor(
+            mailbox, cfg, policy, weights.sender(), dp_group=weights.trainer_group,
+            on_finish=lambda trainer: policy.save(os.path.join(cfg.run.out, "policy")),
+        )
+
+    raise ValueError(f"unknown role {mesh.role!r}")
