@@ -38,6 +38,7 @@ def run_rank(cfg: RoleMap, config_path: str) -> None:
         actor = build_actor(cfg, mesh, mailbox)
         t0 = time.perf_counter()
         actor.run()
+        actor.spans.write(cfg.run.out)
         if mesh.rank == 0:
             print(f"mpirl: {role} finished ({actor.stop_reason}) in {time.perf_counter() - t0:.1f} s", flush=True)
     # Every rank returns here; mpi4py finalizes MPI at interpreter exit.

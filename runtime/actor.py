@@ -13,6 +13,7 @@ import time
 
 from runtime.mailbox import Envelope, Mailbox
 from runtime.messages import Stop
+from runtime.spans import Spans
 
 
 def handles(*msg_types):
@@ -31,6 +32,8 @@ class Actor:
 
     def __init__(self, mailbox: Mailbox):
         self.mailbox = mailbox
+        mesh = mailbox.mesh
+        self.spans = Spans(mesh.rank, mesh.role, mesh.index)  # busy intervals, for timelines
         self.running = True
         self.stop_reason: str | None = None
         self._handlers = {}

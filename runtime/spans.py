@@ -1,0 +1,65 @@
+"""Wall-clock spans per rank: what each rank was doing, when, for timelines.
+
+Each rank records ``(name, start, end)`` in wall-clock seconds (``time.time()``: comparable
+across the ranks of one node, and across nodes as far as their clocks agree) and writes
+them as JSON lines at the end of the run. ``mpirl trace`` turns the files of all ranks into
+a Perfetto/Chrome trace and a PNG timeline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from pathlib import Path
+
+
+class Spans:
+    def __init__(self, rank: int, role: str, index: int):
+        self.rank, self.role, self.index = rank, role, index
+        self.records: list[tuple[str, float, float]] = []
+
+    @contextlib.contextmanager
+    def span(self, name: str):
+        t0 = time.time()
+        try:
+            yield
+        finally:
+            self.records.append((name, t0, time.time()))
+
+    def add(self, name: str, start: float, end: float) -> None:
+        self.records.append((name, start, end))
+
+    def busy_seconds(self, since: float, names: tuple[str, ...] | None = None) -> float:
+        """Seconds spent in spans (of ``names``) that ended after ``since`` (clipped to it)."""
+        total = 0.0
+        for name, t0, t1 in reversed(self.records):
+            if t1 <= since:
+                break
+            if names is None or name in names:
+                total += t1 - max(t0, since)
+        return total
+
+    def write(self, out_dir: str | Path) -> Path:
+        path = Path(out_dir) / "spans" / f"rank-{self.rank:04d}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w") as f:
+            header = {"rank": self.rank, "role": self.role, "index": self.index}
+            f.write(json.dumps(header) + "\n")
+            for name, t0, t1 in self.records:
+                f.write(json.dumps({"name": name, "start": t0, "end": t1}) + "\n")
+        return path
+
+
+class NoSpans(Spans):
+    """A recorder that records nothing (for actors built outside a job, e.g. in tests)."""
+
+    def __init__(self):
+        super().__init__(-1, "none", 0)
+
+    @contextlib.contextmanager
+    def span(self, name: str):
+        yield
+
+    def add(self, name: str, start: float, end: float) -> None:
+        pass
