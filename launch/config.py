@@ -14,7 +14,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-ROLE_ORDER = ("controller", "generator", "reward", "trainer")  # ranks are handed out in this order
+# Ranks are handed out in this order; a role with 0 ranks takes none.
+ROLE_ORDER = ("controller", "generator", "colocated", "reward", "trainer")
 
 
 class ConfigError(ValueError):
@@ -33,15 +34,20 @@ class RoleGroup(_Section):
     ranks: int = Field(1, gt=0)  # how many MPI ranks play this role
 
 
-class GeneratorGroup(RoleGroup):
+class OptionalGroup(_Section):
+    ranks: int = Field(0, ge=0)  # 0: the role is not used
+
+
+class GeneratorGroup(_Section):
+    ranks: int = Field(1, ge=0)  # generator ranks (0 only in colocated mode)
     engine: Literal["torch", "vllm"] = "torch"  # torch: our KV-cache sampler; vllm: in-process vllm.LLM
     tensor_parallel: int = Field(1, gt=0)  # devices one vLLM engine spans (GPU only)
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1)  # vLLM's share of device memory
     batch_prompts: int = Field(0, ge=0)  # prompts per generation batch; 0 = prompts_per_step / generators
 
 
-class TrainerGroup(RoleGroup):
-    pass
+class TrainerGroup(_Section):
+    ranks: int = Field(1, ge=0)  # trainer ranks (0 only in colocated mode); > 1 shards with FSDP2
 
 
 def _shorthand(value):
@@ -56,8 +62,11 @@ class World(_Section):
     generator: GeneratorGroup = GeneratorGroup()
     reward: RoleGroup = RoleGroup()
     trainer: TrainerGroup = TrainerGroup()
+    # The DeepSpeed-Chat-like baseline: these ranks both generate and train, taking turns
+    # (generation uses the generator options above). Needs generator = trainer = 0.
+    colocated: OptionalGroup = OptionalGroup()
 
-    _wrap = field_validator("controller", "generator", "reward", "trainer", mode="before")(
+    _wrap = field_validator("controller", "generator", "colocated", "reward", "trainer", mode="before")(
         lambda cls, v: _shorthand(v)
     )
 
@@ -68,8 +77,37 @@ class World(_Section):
             raise ValueError(f"there must be exactly 1 controller rank, got {v.ranks}")
         return v
 
+    @model_validator(mode="after")
+    def _one_layout(self) -> "World":
+        if self.colocated.ranks:
+            if self.generator.ranks or self.trainer.ranks:
+                raise ValueError(
+                    "colocated ranks generate and train themselves; set generator and "
+                    f"trainer to 0 (got generator {self.generator.ranks}, trainer {self.trainer.ranks})"
+                )
+        elif not (self.generator.ranks and self.trainer.ranks):
+            raise ValueError(
+                "needs at least 1 generator and 1 trainer rank "
+                f"(got generator {self.generator.ranks}, trainer {self.trainer.ranks}), or colocated ranks"
+            )
+        return self
+
+    @property
+    def colocated_mode(self) -> bool:
+        return self.colocated.ranks > 0
+
+    @property
+    def train_role(self) -> str:
+        """The role whose ranks train (and receive scored rollouts)."""
+        return "colocated" if self.colocated_mode else "trainer"
+
+    @property
+    def generate_role(self) -> str:
+        return "colocated" if self.colocated_mode else "generator"
+
     def counts(self) -> dict[str, int]:
-        return {role: getattr(self, role).ranks for role in ROLE_ORDER}
+        """Ranks per role, for the roles that have any."""
+        return {role: getattr(self, role).ranks for role in ROLE_ORDER if getattr(self, role).ranks}
 
     @property
     def size(self) -> int:
@@ -159,6 +197,17 @@ class RoleMap(_Section):
 
     @model_validator(mode="after")
     def _batches_fit(self) -> "RoleMap":
+        trainers = self.world.colocated.ranks or self.world.trainer.ranks
+        if self.rollout.prompts_per_step % trainers:
+            raise ValueError(
+                f"rollout.prompts_per_step ({self.rollout.prompts_per_step}) must divide evenly "
+                f"over the {trainers} training ranks (each trains on an equal share)"
+            )
+        if self.world.colocated_mode and self.run.max_staleness != 0:
+            raise ValueError(
+                "run.max_staleness: colocated ranks take turns, so they are synchronous; "
+                f"set it to 0 (got {self.run.max_staleness})"
+            )
         g = self.world.generator
         if g.batch_prompts and g.batch_prompts > self.rollout.prompts_per_step:
             raise ValueError(
@@ -169,7 +218,8 @@ class RoleMap(_Section):
 
     def generator_batch_prompts(self) -> int:
         g = self.world.generator
-        return g.batch_prompts or max(1, -(-self.rollout.prompts_per_step // g.ranks))
+        n = self.world.colocated.ranks or g.ranks
+        return g.batch_prompts or max(1, -(-self.rollout.prompts_per_step // n))
 
 
 # ------------------------------------------------------------------------- loading
@@ -178,8 +228,11 @@ class RoleMap(_Section):
 def _format(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
-        where = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        if e["type"] == "extra_forbidden":
+        # Checks across sections have no location: their message starts with the field.
+        where = ".".join(str(p) for p in e["loc"])
+        if not where:
+            lines.append(e["msg"].removeprefix("Value error, "))
+        elif e["type"] == "extra_forbidden":
             lines.append(f"{where}: unknown key")
         elif e["type"] == "missing":
             lines.append(f"{where}: required but missing")

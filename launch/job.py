@@ -72,20 +72,28 @@ def build_actor(cfg: RoleMap, mesh: Mesh, mailbox: Mailbox):
         from roles.generator import GeneratorActor
 
         engine = make_engine(cfg, seed=cfg.run.seed + mesh.index)
-        return GeneratorActor(mailbox, cfg, engine, weights.receiver())
+        return GeneratorActor(mailbox, cfg, engine, weights.transport)
 
     if mesh.role == "reward":
         from roles.reward import RewardActor
 
         return RewardActor(mailbox, cfg, tokenizer)
 
+    policy = weights.policy
+    save = lambda actor: policy.save(os.path.join(cfg.run.out, "policy"), is_leader=mesh.index == 0)  # noqa: E731
+
     if mesh.role == "trainer":
         from roles.trainer import TrainerActor
 
-        policy = weights.policy
-        return TrainerActor(
-            mailbox, cfg, policy, weights.sender(), dp_group=weights.trainer_group,
-            on_finish=lambda trainer: policy.save(os.path.join(cfg.run.out, "policy")),
-        )
+        return TrainerActor(mailbox, cfg, policy, weights.transport, dp_group=weights.trainer_group, on_finish=save)
+
+    if mesh.role == "colocated":
+        from roles.colocated import ColocatedActor, LocalEngineSync
+        from roles.engines import make_engine
+
+        # The torch engine samples with the trained module itself; vLLM needs a reload.
+        engine = make_engine(cfg, seed=cfg.run.seed + mesh.index, model=policy.model)
+        sync = LocalEngineSync(engine, shares_module=cfg.world.generator.engine == "torch")
+        return ColocatedActor(mailbox, cfg, policy, engine, sync, dp_group=weights.trainer_group, on_finish=save)
 
     raise ValueError(f"unknown role {mesh.role!r}")

@@ -81,11 +81,15 @@ def _merge(base: dict, extra: dict) -> dict:
     return base
 
 
-def run_job(config_path: str | Path, timeout_s: float | None = None, quiet: bool = False) -> float:
+def run_job(config_path: str | Path, timeout_s: float | None = None, quiet: bool = False,
+            extra_env: dict | None = None) -> float:
     """Run a role map under mpiexec; return its wall time. Raises if the job fails or times out."""
     cfg = config_lib.load(config_path)
     cmd, env = mpiexec_command(cfg.world.size, [sys.executable, "-m", "launch", str(config_path)])
     env.setdefault("OMP_NUM_THREADS", "1")
+    repo = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [repo, env.get("PYTHONPATH", "")] if p)
+    env.update(extra_env or {})
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(

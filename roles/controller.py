@@ -34,7 +34,8 @@ class ControllerActor(Actor):
         self.trainer_version = 0
         self.next_step_to_send = 0
         self.next_batch_id = 0
-        self.n_generators = cfg.world.generator.ranks
+        self.generate_role = cfg.world.generate_role  # "generator", or "colocated"
+        self.n_generators = cfg.world.counts()[self.generate_role]
         self.batch_prompts = cfg.generator_batch_prompts()
         # Per-step accumulators of the notices, merged into one metrics line per step.
         self.gen = collections.defaultdict(collections.Counter)
@@ -95,7 +96,7 @@ class ControllerActor(Actor):
                 seed=self.cfg.run.seed * 1_000_003 + self.next_batch_id,
             )
             # Round-robin over generators keeps them equally loaded for equal batches.
-            self.mailbox.send(("generator", self.next_batch_id % self.n_generators), batch)
+            self.mailbox.send((self.generate_role, self.next_batch_id % self.n_generators), batch)
             self.next_batch_id += 1
 
     # -------------------------------------------------------------------- notices
@@ -156,7 +157,8 @@ class ControllerActor(Actor):
         if m.step + 1 >= self.cfg.run.steps:
             # Generators must take in every version the trainer pushed before they leave,
             # or the trainer's last sends would never complete.
-            self.mailbox.send_role("generator", FinalVersion(version=self.last_pushed))
+            if self.generate_role == "generator":
+                self.mailbox.send_role("generator", FinalVersion(version=self.last_pushed))
             self.mailbox.send_all(Stop("finished"))
             self.stop("finished")
             return

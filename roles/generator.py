@@ -65,9 +65,10 @@ class GeneratorActor(Actor):
     def _apply_received(self, load: bool = True) -> None:
         """Load the version whose transfer has completed and start receiving the next."""
         t0 = time.perf_counter()
-        named = self.receiver.finish()
-        if load:
-            self.engine.load_weights(named)
+        with self.spans.span("weight_receive"):
+            named = self.receiver.finish()
+            if load:
+                self.engine.load_weights(named)
         self.version = self.announced.popleft()
         self._load_s += time.perf_counter() - t0
         self._syncs += 1
@@ -100,7 +101,8 @@ class GeneratorActor(Actor):
                 return True
             return False
         batch = self.queue.popleft()
-        wait_s = self._sync_weights(batch.min_version)
+        with self.spans.span("wait"):
+            wait_s = self._sync_weights(batch.min_version)
         if not self.running:
             return True
         sampling = SamplingConfig(
@@ -110,7 +112,8 @@ class GeneratorActor(Actor):
             seed=batch.seed,
         )
         t0 = time.perf_counter()
-        groups = self.engine.generate(batch.prompts, batch.samples_per_prompt, sampling)
+        with self.spans.span("generate"):
+            groups = self.engine.generate(batch.prompts, batch.samples_per_prompt, sampling)
         generate_s = time.perf_counter() - t0
         tokens = 0
         for pid, group_id, prompt, samples in zip(batch.prompt_ids, batch.group_ids, batch.prompts, groups):

@@ -75,7 +75,7 @@ def sft_warm_start(
     return {
         **asdict(cfg),
         "pairs": len(pairs),
-        "final_loss": float(loss),
+        "final_loss": float(loss.detach()),
         "heldout_acc_before": acc_before,
         "heldout_acc_after": acc_after,
         "seconds": time.perf_counter() - t0,

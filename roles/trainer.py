@@ -29,15 +29,20 @@ def _pad(arrays, pad_value, dtype):
 
 
 class TrainerActor(Actor):
-    def __init__(self, mailbox, cfg, policy, sender, dp_group=None, on_finish=None):
-        """``policy`` is the (possibly FSDP-sharded) HF causal LM; ``sender`` pushes its weights."""
+    def __init__(self, mailbox, cfg, policy, sender, dp_group=None, on_finish=None, allreduce_grads=False):
+        """``policy`` holds the (possibly FSDP-sharded) HF causal LM; ``sender`` pushes its weights.
+
+        ``allreduce_grads``: the model is a full replica per rank (not FSDP), so gradients
+        are averaged over ``dp_group`` explicitly after the backward passes.
+        """
         super().__init__(mailbox)
         self.cfg = cfg
         self.model = policy.model
         self.local_params = policy.local_params  # callable -> what the weight sender pushes
         self.sender = sender
         self.dp_group = dp_group  # torch.distributed group of the trainers (None: one trainer)
-        self.n_trainers = cfg.world.trainer.ranks
+        self.n_trainers = cfg.world.counts()[cfg.world.train_role]
+        self.allreduce_grads = allreduce_grads and dp_group is not None
         self.is_leader = mailbox.mesh.index == 0
         algo = cfg.algorithm
         self.optimizer = torch.optim.AdamW(
@@ -68,16 +73,18 @@ class TrainerActor(Actor):
             return False
         wait_s = time.perf_counter() - (self._collect_started or time.perf_counter())
         del self.buffers[self.step_index]
-        metrics = self.train_on(groups)
+        with self.spans.span("train"):
+            metrics = self.train_on(groups)
         metrics["trainer_wait_s"] = wait_s
         self._collect_started = None
         t0 = time.perf_counter()
         self.version += 1
         # After the last step nobody samples again: pushing would only delay shutdown.
         if self.step_index + 1 < self.cfg.run.steps:
-            if self.is_leader:
+            if self.is_leader and self.mailbox.mesh.size("generator"):
                 self.mailbox.send_role("generator", WeightsPushed(version=self.version))
-            self.sender.push(self.local_params(), self.version)
+            with self.spans.span("weight_send"):
+                self.sender.push(self.local_params(), self.version)
             metrics["pushed_version"] = float(self.version)
         metrics["weight_send_s"] = time.perf_counter() - t0
         metrics = self._reduce_metrics(metrics)
@@ -133,6 +140,8 @@ class TrainerActor(Actor):
             loss_sum += float(loss) * n_tok
             for k, v in m.items():
                 sums[k] += float(v) * n_tok
+        if self.allreduce_grads:
+            self._average_grads()
         grad_norm = 0.0
         if algo.grad_clip > 0:
             grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), algo.grad_clip))
@@ -153,6 +162,17 @@ class TrainerActor(Actor):
         return metrics
 
     # ------------------------------------------------------------- data parallel
+
+    def _average_grads(self) -> None:
+        """Average the gradients of full replicas in one flat all-reduce (DDP without hooks)."""
+        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, group=self.dp_group)
+        flat /= self.n_trainers
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset : offset + g.numel()].view_as(g))
+            offset += g.numel()
 
     def _sum_across_trainers(self, value: float) -> float:
         if self.dp_group is None:

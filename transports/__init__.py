@@ -1,1 +1,2 @@
-"""Moving bytes and tensors: msgpack codec, MPI message transport, weight transports."""
+"""Moving bytes and tensors between ranks: message codec and transport, torch.distributed set-up,
+and weight transports with their shard-to-shard transfer plan. Knows nothing about RL."""

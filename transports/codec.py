@@ -80,7 +80,9 @@ def _as_numpy(obj) -> tuple[np.ndarray, bool, str] | None:
     if isinstance(obj, np.ndarray):
         if obj.dtype.hasobject:
             raise CodecError("object arrays cannot be encoded; use a numeric dtype")
-        return np.ascontiguousarray(obj), False, obj.dtype.str
+        # Not np.ascontiguousarray: it turns a 0-d array into shape (1,).
+        arr = obj if obj.flags.c_contiguous else np.ascontiguousarray(obj)
+        return arr, False, obj.dtype.str
     if torch is not None and isinstance(obj, torch.Tensor):
         if obj.device.type != "cpu":
             raise CodecError(
@@ -202,7 +204,9 @@ def _ext_hook_for(frames):
 def decode(data, frames=()) -> Any:
     """Decode bytes (plus out-of-band buffers, if any) into a registered message instance."""
     try:
-        body = msgpack.unpackb(data, raw=False, ext_hook=_ext_hook_for(list(frames)), strict_map_key=True)
+        # strict_map_key=False: maps keyed by int (say, per policy version) encode, so they
+        # must decode too; field names are checked to be strings in _from_map.
+        body = msgpack.unpackb(data, raw=False, ext_hook=_ext_hook_for(list(frames)), strict_map_key=False)
     except CodecError:
         raise
     except msgpack.ExtraData:
@@ -215,6 +219,8 @@ def decode(data, frames=()) -> Any:
 
 
 def _from_map(body: dict):
+    if not all(isinstance(k, str) for k in body):
+        raise CodecError(f"message field names must be strings, got {sorted(map(repr, body))}")
     type_name = body.pop("type", None)
     if type_name is None:
         raise CodecError("message has no 'type' field")

@@ -1,13 +1,16 @@
 """Generation engines a generator rank can drive (``torch``, ``vllm``)."""
 
 
-def make_engine(cfg, seed: int = 0):
-    """The engine the role map asks for, loaded from ``model.path``."""
+def make_engine(cfg, seed: int = 0, model=None):
+    """The engine the role map asks for, loaded from ``model.path``.
+
+    ``model``: an in-memory module the torch engine samples with directly (colocated mode).
+    """
     engine = cfg.world.generator.engine
     if engine == "torch":
         from roles.engines.torch_engine import TorchEngine
 
-        return TorchEngine(cfg.model.path, dtype=cfg.model.dtype)
+        return TorchEngine(model if model is not None else cfg.model.path, dtype=cfg.model.dtype)
     if engine == "vllm":
         from roles.engines.vllm_engine import VllmEngine
 

@@ -1,0 +1,90 @@
+"""Colocated synchronous baseline: each rank generates, then trains, taking turns.
+
+This is the DeepSpeed-Chat-like layout LlamaRL measures itself against: the same ranks
+hold the policy for training and for generation. A step is: generate this rank's share
+of the prompts, send the groups to the reward ranks, wait for them to come back scored,
+train (gradients averaged over the colocated ranks), refresh the engine's weights, and
+only then start the next step. Nothing overlaps, by construction.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+
+import numpy as np
+
+from roles.engines.base import SamplingConfig
+from roles.messages import BatchDone, PromptBatch, Rollout
+from roles.trainer import TrainerActor
+from runtime import Envelope, handles
+
+
+class LocalEngineSync:
+    """The "weight push" of a colocated rank: copy its own trained weights into its engine.
+
+    When the engine samples with the very module being trained (the torch engine can),
+    there is nothing to copy; otherwise (vLLM) this is the weight reload the paper counts
+    against colocated systems.
+    """
+
+    def __init__(self, engine, shares_module: bool):
+        self.engine = engine
+        self.shares_module = shares_module
+        self.last_s = 0.0
+
+    def push(self, shards, version: int) -> None:
+        """``shards``: the rank's LocalShards; a replica's are whole tensors."""
+        t0 = time.perf_counter()
+        if not self.shares_module:
+            self.engine.load_weights([(s[0], s[1]) for s in shards])
+        self.last_s = time.perf_counter() - t0
+
+    def wait(self) -> None:
+        pass
+
+
+class ColocatedActor(TrainerActor):
+    def __init__(self, mailbox, cfg, policy, engine, weight_sync, dp_group=None, on_finish=None):
+        super().__init__(mailbox, cfg, policy, weight_sync, dp_group=dp_group, on_finish=on_finish,
+                         allreduce_grads=True)
+        self.engine = engine
+        self.queue: collections.deque[PromptBatch] = collections.deque()
+        self.n_reward = cfg.world.reward.ranks
+
+    @handles(PromptBatch)
+    def on_batch(self, env: Envelope) -> None:
+        self.queue.append(env.msg)
+
+    def step(self) -> bool:
+        if self.queue:
+            self._generate(self.queue.popleft())
+            return True
+        return super().step()  # trains once this rank's groups of the step are all back
+
+    def _generate(self, batch: PromptBatch) -> None:
+        sampling = SamplingConfig(
+            temperature=self.cfg.rollout.temperature, top_p=self.cfg.rollout.top_p,
+            max_new_tokens=self.cfg.rollout.max_new_tokens, seed=batch.seed,
+        )
+        self.model.eval()
+        t0 = time.perf_counter()
+        with self.spans.span("generate"):
+            groups = self.engine.generate(batch.prompts, batch.samples_per_prompt, sampling)
+        generate_s = time.perf_counter() - t0
+        tokens = 0
+        for pid, group_id, prompt, samples in zip(batch.prompt_ids, batch.group_ids, batch.prompts, groups):
+            self.mailbox.send(("reward", group_id % self.n_reward), Rollout(
+                prompt_id=pid, group_id=group_id, step=batch.step,
+                prompt_ids=np.asarray(prompt, dtype=np.int32),
+                response_ids=[s.response_ids for s in samples],
+                logprobs=[s.logprobs for s in samples],
+                finish_reasons=[s.finish_reason for s in samples],
+                policy_version=self.version, timings={"generate_s": generate_s},
+            ))
+            tokens += sum(len(s.response_ids) for s in samples)
+        self.mailbox.send(("controller", 0), BatchDone(
+            batch_id=batch.batch_id, step=batch.step, groups=len(groups), tokens=tokens,
+            policy_version=self.version, generate_s=generate_s, wait_s=0.0,
+            weight_load_s=self.sender.last_s, weight_syncs=0,
+        ))

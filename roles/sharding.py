@@ -1,0 +1,93 @@
+"""FSDP2 sharding of the policy over the trainer ranks, and its dim-0 shards for the weight sync.
+
+Each decoder layer is its own FSDP2 group (all-gathered just before it runs), the root takes the
+rest (embeddings, final norm, head). Parameters become DTensors sharded on dim 0 the
+``torch.chunk`` way: rank r holds rows [r*ceil(n/W), (r+1)*ceil(n/W)), the last ranks may hold
+fewer or none. Gradients are averaged over the trainer group, so W trainers on W equal slices of
+a batch take the same step as one trainer on the whole batch (losses averaged per rank over an
+equal number of tokens).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+
+from transports.weights.plan import LocalShard, chunk_range
+
+
+def trainer_mesh(group: dist.ProcessGroup, device_type: str = "cpu") -> DeviceMesh:
+    """A 1-d device mesh over an existing process group of the trainer ranks."""
+    return DeviceMesh.from_group(group, device_type)
+
+
+def shard_model(model: nn.Module, group: dist.ProcessGroup | None, *,
+                mp_policy: MixedPrecisionPolicy | None = None,
+                reshard_after_forward: bool = True) -> nn.Module:
+    """Shard ``model`` in place with FSDP2 over ``group``; one trainer (or None) leaves it as is.
+
+    Collective over ``group``. Every rank must have built the same model (same seed or same
+    checkpoint): FSDP2 keeps each rank's own rows of what it finds.
+    """
+    if group is None or dist.get_world_size(group) == 1:
+        return model
+    device_type = next(model.parameters()).device.type
+    mesh = trainer_mesh(group, device_type)
+    kw = dict(mesh=mesh, reshard_after_forward=reshard_after_forward,
+              mp_policy=mp_policy or MixedPrecisionPolicy())
+    for layer in _decoder_layers(model):
+        fully_shard(layer, **kw)
+    fully_shard(model, **kw)
+    return model
+
+
+def local_shards(model: nn.Module) -> list[LocalShard]:
+    """(name, local rows, global shape, first row) of every parameter, in ``named_parameters`` order.
+
+    The local tensors share memory with the parameters (no copy). An unsharded model gives whole
+    tensors at row 0, so one trainer goes through the same weight-sync path.
+    """
+    out = []
+    with torch.no_grad():  # to_local() then hands back the local tensor itself
+        for name, p in model.named_parameters():
+            if isinstance(p, DTensor):
+                local = p.to_local()
+                out.append(LocalShard(name, local, tuple(p.shape), _row_offset(p, local)))
+            else:
+                out.append(LocalShard(name, p.detach(), tuple(p.shape), 0))
+    return out
+
+
+def full_state(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter whole (all-gathered over the trainers: collective) - for tests, checkpoints."""
+    out = {}
+    for name, p in model.named_parameters():
+        t = p.full_tensor() if isinstance(p, DTensor) else p
+        out[name] = t.detach().clone()
+    return out
+
+
+def _row_offset(p: DTensor, local: torch.Tensor) -> int:
+    placements = p.placements
+    if len(placements) != 1 or not placements[0].is_shard(0):
+        if all(pl.is_replicate() for pl in placements):
+            return 0  # replicated: every rank holds all rows
+        raise ValueError(f"only dim-0 sharding on a 1-d mesh is supported, got {placements}")
+    mesh = p.device_mesh
+    start, stop = chunk_range(p.shape[0], mesh.size(), mesh.get_local_rank())
+    if local.shape[0] != stop - start:
+        raise RuntimeError(f"FSDP2 shard of {tuple(p.shape)} has {local.shape[0]} rows on mesh "
+                           f"rank {mesh.get_local_rank()}, expected rows [{start}, {stop})")
+    return start
+
+
+def _decoder_layers(model: nn.Module) -> list[nn.Module]:
+    """The repeated blocks of a Hugging Face causal LM (``model.model.layers`` for Llama)."""
+    for name, mod in model.named_modules():
+        if name.endswith("layers") and isinstance(mod, nn.ModuleList):
+            return list(mod)
+    return []

@@ -1,0 +1,58 @@
+"""Shared fixtures for the unit tests (one process) and the MPI tests.
+
+The repository root goes on ``sys.path`` so ``runtime``, ``transports`` and ``launch`` import
+without an install, and ``tests/`` itself so ``mpi_helpers`` does.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
+for p in (str(REPO), str(TESTS)):
+    if p not in sys.path:
+        sys.path.insert(0, p)
+
+
+@pytest.fixture
+def dummy_model(tmp_path) -> Path:
+    """A folder that passes the role map's model-path check: it holds just a config.json."""
+    d = tmp_path / "model"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    return d
+
+
+@pytest.fixture
+def base_config(dummy_model) -> dict:
+    """A valid 4-rank role map (controller, generator, reward, trainer: one rank each)."""
+    return copy.deepcopy(
+        {
+            "world": {"controller": 1, "generator": 1, "reward": 1, "trainer": 1},
+            "model": {"path": str(dummy_model), "dtype": "float32"},
+            "rollout": {"prompts_per_step": 4, "samples_per_prompt": 2, "max_new_tokens": 4},
+            "algorithm": {"loss": "aipo", "rho": 4.0, "lr": 3.0e-5},
+            "run": {"steps": 3, "max_staleness": 1, "seed": 0, "out": "runs/test"},
+        }
+    )
+
+
+@pytest.fixture
+def write_config(tmp_path):
+    """``write_config(data) -> path``: dump a role map (a dict, or raw YAML text) to a file."""
+    import yaml
+
+    counter = iter(range(10_000))
+
+    def write(data, name: str | None = None) -> Path:
+        path = tmp_path / (name or f"config{next(counter)}.yaml")
+        path.write_text(data if isinstance(data, str) else yaml.safe_dump(data, sort_keys=False))
+        return path
+
+    return write

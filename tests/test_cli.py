@@ -1,0 +1,171 @@
+"""The launchers: ``mpirl check`` / ``mpirl run --dry-run``, the mpiexec command they build, and
+``python -m launch CONFIG`` stopping a bad job under mpirun with exit code 2 and one message."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from launch import cli
+from mpi_helpers import REPO, find_mpirun, run_mpi
+
+ROOT_VARS = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
+
+
+def run_cli(argv, capsys) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    out, err = capsys.readouterr()
+    return info.value.code, out, err
+
+
+@pytest.fixture
+def as_user(monkeypatch):
+    """``as_user(root: bool)``: pretend to run as root or not, with a clean environment."""
+
+    def set_user(root: bool):
+        for k in ROOT_VARS:
+            monkeypatch.delenv(k, raising=False)
+        monkeypatch.setattr(os, "geteuid", lambda: 0 if root else 1000)
+
+    return set_user
+
+
+# ------------------------------------------------------------------- mpirl check
+
+
+def test_check_prints_the_rank_table(base_config, write_config, capsys):
+    path = write_config(base_config)
+    code, out, err = run_cli(["check", str(path)], capsys)
+    assert code == 0, err
+    assert "valid" in out and "4 ranks" in out
+    rows = [line.split() for line in out.splitlines()]
+    assert ["rank", "role", "index"] in rows
+    for rank, role in enumerate(["controller", "generator", "reward", "trainer"]):
+        assert [str(rank), role, "0"] in rows
+
+
+def test_check_bad_config_exits_2_naming_the_field(base_config, write_config, capsys):
+    base_config["run"]["steps"] = 0
+    code, out, err = run_cli(["check", str(write_config(base_config))], capsys)
+    assert code == 2
+    assert err.count("mpirl: config error") == 1 and "run.steps" in err
+    assert out == ""
+
+
+def test_check_as_a_command(base_config, write_config):
+    # The console script is ``launch.cli:main``; run it as a module the same way.
+    res = subprocess.run([sys.executable, "-m", "launch.cli", "check", str(write_config(base_config))],
+                         capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert res.returncode == 0, res.stderr
+    assert "controller" in res.stdout and "trainer" in res.stdout
+
+
+# -------------------------------------------------------------- mpiexec_command
+
+
+@pytest.mark.parametrize("n,cores,oversubscribe", [(2, 4, False), (4, 4, False), (4, 2, True), (5, 1, True)])
+def test_oversubscribe_only_when_ranks_exceed_cores(n, cores, oversubscribe, as_user):
+    as_user(root=False)
+    cmd, _ = cli.mpiexec_command(n, ["prog", "arg"], mpiexec=find_mpirun(), cores=cores)
+    assert cmd[:3] == [find_mpirun(), "-n", str(n)]
+    assert ("--oversubscribe" in cmd) == oversubscribe
+    assert cmd[-2:] == ["prog", "arg"]
+
+
+@pytest.mark.parametrize("root", [True, False])
+def test_root_switches_only_as_root(root, as_user):
+    as_user(root=root)
+    _, env = cli.mpiexec_command(2, ["prog"], mpiexec=find_mpirun(), cores=8)
+    for k in ROOT_VARS:
+        assert (env.get(k) == "1") == root
+    assert "OMPI_ALLOW_RUN_AS_ROOT" not in os.environ  # the caller's environment is untouched
+
+
+def test_other_mpis_get_no_open_mpi_flags(tmp_path, as_user):
+    as_user(root=True)
+    fake = tmp_path / "mpiexec"
+    fake.write_text("#!/bin/sh\necho 'HYDRA build details:'\necho '    Version: 4.2.0'\n")
+    fake.chmod(0o755)
+    cmd, env = cli.mpiexec_command(8, ["prog"], mpiexec=str(fake), cores=1)
+    assert cmd == [str(fake), "-n", "8", "prog"]
+    assert not any(k in env for k in ROOT_VARS)
+
+
+def test_find_mpiexec_prefers_the_one_beside_python():
+    assert os.path.dirname(cli.find_mpiexec()) == os.path.dirname(sys.executable)
+
+
+# ------------------------------------------------------------- mpirl run --dry-run
+
+
+def dry_run(path, capsys) -> str:
+    code, out, err = run_cli(["run", str(path), "--dry-run"], capsys)
+    assert code == 0, err
+    lines = out.strip().splitlines()
+    assert len(lines) == 1, out
+    return lines[0]
+
+
+@pytest.mark.parametrize("cores,oversubscribe", [(2, True), (4, False), (64, False)])
+def test_dry_run_oversubscribes_only_past_the_cores(base_config, write_config, capsys, monkeypatch, as_user,
+                                                     cores, oversubscribe):
+    as_user(root=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    path = write_config(base_config)
+    line = dry_run(path, capsys)
+    words = shlex.split(line)
+    assert words[words.index("-n") + 1] == "4"
+    assert ("--oversubscribe" in words) == oversubscribe
+    assert words[-3:] == ["-m", "launch", str(path)]
+
+
+@pytest.mark.parametrize("root", [True, False])
+def test_dry_run_shows_root_switches_only_as_root(base_config, write_config, capsys, monkeypatch, as_user, root):
+    # The printed command must work when pasted: as root Open MPI refuses to start without them.
+    as_user(root=root)
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    line = dry_run(write_config(base_config), capsys)
+    for k in ROOT_VARS:
+        assert (f"{k}=1" in line) == root, line
+
+
+def test_run_bad_config_exits_2_before_mpiexec(base_config, write_config, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "mpiexec_command", lambda *a, **k: pytest.fail("mpiexec was reached"))
+    base_config["world"]["controller"] = 2
+    code, _, err = run_cli(["run", str(write_config(base_config)), "--dry-run"], capsys)
+    assert code == 2 and "world.controller" in err
+
+
+# -------------------------------------------------- python -m launch under mpirun
+
+
+def launch_under_mpirun(n: int, path) -> tuple[int, str]:
+    res = run_mpi(n, [sys.executable, "-m", "launch", str(path)], timeout=60)
+    return res.rc, res.stdout + res.stderr
+
+
+def test_launch_bad_config_exits_2_with_one_message(base_config, write_config):
+    base_config["run"]["stepz"] = 5
+    rc, out = launch_under_mpirun(2, write_config(base_config))
+    assert rc == 2, out
+    assert out.count("mpirl: config error") == 1, out  # printed by rank 0 only
+    assert out.count("run.stepz: unknown key") == 1, out
+
+
+def test_launch_missing_model_exits_2(base_config, write_config, tmp_path):
+    base_config["model"]["path"] = str(tmp_path / "absent-model")
+    rc, out = launch_under_mpirun(2, write_config(base_config))
+    assert rc == 2, out
+    assert out.count("mpirl: config error") == 1 and "model.path" in out, out
+
+
+def test_launch_rank_count_mismatch_exits_2(base_config, write_config):
+    rc, out = launch_under_mpirun(3, write_config(base_config))  # a 4-rank map on 3 ranks
+    assert rc == 2, out
+    assert out.count("mpirl: config error") == 1, out
+    assert "world" in out and "has 3" in out and "mpirun -n 4" in out, out

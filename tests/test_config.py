@@ -1,0 +1,208 @@
+"""Role-map validation: every kind of mistake is one ConfigError whose text names the field."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from launch import config
+from launch.config import ConfigError
+
+
+def mutate(cfg: dict, dotted: str, value) -> dict:
+    """A copy of ``cfg`` with ``a.b.c`` set to ``value`` (or removed, for DELETE)."""
+    out = copy.deepcopy(cfg)
+    *parents, last = dotted.split(".")
+    node = out
+    for p in parents:
+        if isinstance(node.get(p), int):  # world shorthand: ``generator: 1`` is ``{ranks: 1}``
+            node[p] = {"ranks": node[p]}
+        node = node.setdefault(p, {})
+    if value is DELETE:
+        node.pop(last, None)
+    else:
+        node[last] = value
+    return out
+
+
+DELETE = object()
+
+
+def error_of(cfg: dict) -> str:
+    with pytest.raises(ConfigError) as info:
+        config.parse(cfg, "roles.yaml")
+    text = str(info.value)
+    assert text.startswith("roles.yaml: "), text  # the file is named
+    assert "\n" not in text, f"one message, one line: {text!r}"
+    return text
+
+
+def test_valid_config_and_rank_table(base_config):
+    cfg = config.parse(base_config)
+    assert cfg.world.size == 4
+    assert cfg.world.roles_by_rank() == ["controller", "generator", "reward", "trainer"]
+    table = config.rank_table(cfg).splitlines()
+    assert table[0].split() == ["rank", "role", "index"]
+    assert [row.split() for row in table[1:]] == [
+        ["0", "controller", "0"], ["1", "generator", "0"], ["2", "reward", "0"], ["3", "trainer", "0"]]
+
+
+def test_shorthand_and_long_form_agree(base_config):
+    short = config.parse(mutate(base_config, "world.generator", 2))
+    long = config.parse(mutate(base_config, "world.generator", {"ranks": 2}))
+    assert short.world == long.world and short.world.size == 5
+    assert short.world.roles_by_rank()[1:3] == ["generator", "generator"]
+
+
+def test_load_from_yaml_file(base_config, write_config):
+    cfg = config.load(write_config(base_config))
+    assert cfg.run.steps == base_config["run"]["steps"]
+
+
+# ----------------------------------------------------------------- unknown keys
+
+
+@pytest.mark.parametrize(
+    "dotted,where",
+    [("wrld", "wrld"), ("run.stepz", "run.stepz"), ("world.controler", "world.controler"),
+     ("world.generator.engin", "world.generator.engin"), ("model.dtyp", "model.dtyp"),
+     ("algorithm.rh0", "algorithm.rh0")],
+)
+def test_unknown_key(base_config, dotted, where):
+    value = {"ranks": 1} if dotted.startswith("world.") and dotted.count(".") == 1 else 1
+    text = error_of(mutate(base_config, dotted, value))
+    assert f"{where}: unknown key" in text
+
+
+# ------------------------------------------------------------------- wrong types
+
+
+@pytest.mark.parametrize(
+    "dotted,value,where",
+    [
+        ("run.steps", "ten", "run.steps"),
+        ("rollout.temperature", "hot", "rollout.temperature"),
+        ("world.generator", "two", "world.generator"),
+        ("world.generator.engine", "tensorrt", "world.generator.engine"),
+        ("model.dtype", "int8", "model.dtype"),
+        ("run.progress", "sometimes", "run.progress"),
+        ("rollout", [1, 2], "rollout"),
+        ("algorithm.loss", 3, "algorithm.loss"),
+    ],
+)
+def test_wrong_type(base_config, dotted, value, where):
+    text = error_of(mutate(base_config, dotted, value))
+    assert f"{where}: " in text and repr(value) in text
+
+
+# -------------------------------------------------------------- non-positive sizes
+
+
+@pytest.mark.parametrize(
+    "dotted,value,where",
+    [
+        ("run.steps", 0, "run.steps"),
+        ("run.steps", -3, "run.steps"),
+        ("world.reward", 0, "world.reward.ranks"),
+        ("world.trainer", {"ranks": -1}, "world.trainer.ranks"),
+        ("world.generator", {"ranks": 1, "tensor_parallel": 0}, "world.generator.tensor_parallel"),
+        ("rollout.samples_per_prompt", 0, "rollout.samples_per_prompt"),
+        ("rollout.prompts_per_step", -1, "rollout.prompts_per_step"),
+        ("rollout.max_new_tokens", 0, "rollout.max_new_tokens"),
+        ("algorithm.micro_batch", 0, "algorithm.micro_batch"),
+        ("weights.bucket_mb", 0, "weights.bucket_mb"),
+    ],
+)
+def test_non_positive_size(base_config, dotted, value, where):
+    text = error_of(mutate(base_config, dotted, value))
+    assert f"{where}: " in text, text
+
+
+def test_no_generator_or_trainer_names_the_world(base_config):
+    text = error_of(mutate(base_config, "world.generator", 0))
+    assert "world" in text and "generator" in text
+
+
+# ---------------------------------------------------------------------- model path
+
+
+def test_missing_model_section(base_config):
+    assert "model: required but missing" in error_of(mutate(base_config, "model", DELETE))
+
+
+def test_missing_model_path_key(base_config):
+    assert "model.path: required but missing" in error_of(mutate(base_config, "model.path", DELETE))
+
+
+def test_model_path_does_not_exist(base_config, tmp_path):
+    missing = str(tmp_path / "no-such-model")
+    text = error_of(mutate(base_config, "model.path", missing))
+    assert "model.path: " in text and "no-such-model" in text
+
+
+def test_model_path_without_config_json(base_config, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    text = error_of(mutate(base_config, "model.path", str(empty)))
+    assert "model.path: " in text and "config.json" in text
+
+
+def test_relative_model_path_is_taken_from_the_working_directory(base_config, dummy_model, monkeypatch):
+    monkeypatch.chdir(dummy_model.parent)
+    assert config.parse(mutate(base_config, "model.path", dummy_model.name)).model.path == dummy_model.name
+    monkeypatch.chdir(dummy_model)
+    assert "model.path: " in error_of(mutate(base_config, "model.path", dummy_model.name))
+
+
+# ---------------------------------------------------------------------- controller
+
+
+@pytest.mark.parametrize("value", [2, {"ranks": 3}])
+def test_more_than_one_controller(base_config, value):
+    text = error_of(mutate(base_config, "world.controller", value))
+    assert "world.controller: " in text and "exactly 1 controller" in text
+
+
+def test_zero_controllers(base_config):
+    assert "world.controller" in error_of(mutate(base_config, "world.controller", 0))
+
+
+# ---------------------------------------------------------------------- rank count
+
+
+@pytest.mark.parametrize("size", [1, 3, 5])
+def test_wrong_rank_count(base_config, size):
+    cfg = config.parse(base_config)
+    config.check_world_size(cfg, 4, "roles.yaml")  # the right count passes
+    with pytest.raises(ConfigError) as info:
+        config.check_world_size(cfg, size, "roles.yaml")
+    text = str(info.value)
+    assert text.startswith("roles.yaml: world: ")
+    assert "4 ranks" in text and f"has {size}" in text and "mpirun -n 4" in text
+
+
+# -------------------------------------------------------------------- the file
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="no role-map file at"):
+        config.load(tmp_path / "nope.yaml")
+
+
+def test_invalid_yaml(write_config):
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        config.load(write_config("world: {controller: 1\nrun: [\n"))
+
+
+@pytest.mark.parametrize("text", ["- 1\n- 2\n", "just a string\n", ""])
+def test_top_level_is_not_a_mapping(write_config, text):
+    with pytest.raises(ConfigError, match="a role map is a YAML mapping"):
+        config.load(write_config(text))
+
+
+def test_errors_are_config_errors_not_pydantic(base_config):
+    # Callers catch ConfigError (a ValueError) only; pydantic's type must not leak.
+    with pytest.raises(ConfigError) as info:
+        config.parse(mutate(base_config, "run.steps", 0))
+    assert info.value.__cause__ is None and info.value.__suppress_context__

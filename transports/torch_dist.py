@@ -1,0 +1,87 @@
+"""torch.distributed set up from MPI, in one place.
+
+MPI already knows every rank, so there is no MASTER_ADDR/MASTER_PORT to configure: rank 0 of
+``comm`` opens a TCPStore on a free port chosen by the OS (no race between choosing and
+binding), broadcasts host and port over MPI, and every rank joins. torch ranks equal ranks of
+``comm``. Backends: gloo for CPU tensors, NCCL for CUDA tensors (both at once when CUDA is
+there and not told otherwise).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+from mpi4py import MPI
+
+_store: dist.TCPStore | None = None  # keeps the rendezvous store alive with the process group
+
+
+def init_torch_distributed(comm: MPI.Comm | None = None, backend: str | None = None,
+                           timeout_s: float = 300.0) -> None:
+    """Join every rank of ``comm`` (default COMM_WORLD) into the default torch process group.
+
+    Collective over ``comm``; a no-op when torch.distributed is already initialized (then the
+    world must have ``comm``'s size). ``backend``: None = "gloo" without CUDA and
+    "cpu:gloo,cuda:nccl" with it; or any torch backend string ("gloo", "nccl", ...). With NCCL
+    each rank's current CUDA device is set to its node-local rank modulo the device count.
+    ``timeout_s`` bounds every collective and point-to-point wait (a hang becomes an error).
+    The host rank 0 publishes is ``MPIRL_MASTER_ADDR`` if set, 127.0.0.1 when all ranks share
+    one node, else rank 0's fully qualified host name.
+    """
+    global _store
+    comm = MPI.COMM_WORLD if comm is None else comm
+    if dist.is_initialized():
+        if dist.get_world_size() != comm.Get_size():
+            raise RuntimeError(f"torch.distributed is already initialized with world size "
+                               f"{dist.get_world_size()}, not {comm.Get_size()}")
+        return
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if backend is None:
+        backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    local_rank, one_node = node.Get_rank(), node.Get_size() == size
+    node.Free()
+    if "nccl" in backend:
+        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+    timeout = timedelta(seconds=timeout_s)
+    err = None
+    if rank == 0:
+        host = os.environ.get("MPIRL_MASTER_ADDR") or ("127.0.0.1" if one_node else socket.getfqdn())
+        try:
+            _store = dist.TCPStore(host, 0, size, is_master=True, timeout=timeout,
+                                   wait_for_workers=False)
+            addr = (host, _store.port)
+        except Exception as e:  # tell the others instead of leaving them waiting
+            addr, err = None, e
+    else:
+        addr = None
+    addr = comm.bcast(addr, root=0)
+    if addr is None:
+        raise RuntimeError("rank 0 could not open the torch.distributed rendezvous store") from err
+    if rank != 0:
+        _store = dist.TCPStore(addr[0], addr[1], size, is_master=False, timeout=timeout)
+    dist.init_process_group(backend, store=_store, rank=rank, world_size=size, timeout=timeout)
+
+
+def new_group(ranks, backend: str | None = None, timeout_s: float | None = None):
+    """A process group of ``ranks`` (torch global ranks); None on ranks outside it.
+
+    Collective over the WHOLE torch world: every rank must call it, with the same ranks, in the
+    same order as every other ``new_group``, even ranks that are not members.
+    """
+    timeout = None if timeout_s is None else timedelta(seconds=timeout_s)
+    ranks = sorted(int(r) for r in ranks)
+    group = dist.new_group(ranks, timeout=timeout, backend=backend)
+    return group if dist.get_rank() in ranks else None
+
+
+def shutdown_torch_distributed() -> None:
+    """Destroy every process group (call on all ranks); safe when not initialized."""
+    global _store
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    _store = None

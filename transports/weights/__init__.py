@@ -1,0 +1,91 @@
+"""Direct shard-to-generator weight sync (DDMA): a transfer plan and its two ends.
+
+Typical use (collective over ``comm``, which holds the trainers and generators, and maybe
+other ranks, which pass neither ``shards`` nor ``need`` and get None)::
+
+    # trainer ranks
+    sender = make_weight_transport("torch", comm, shards=local_shards(model))
+    sender.push(local_shards(model), version)      # returns once the bytes are copied out
+    # generator ranks
+    receiver = make_weight_transport("torch", comm, need=Need())
+    receiver.start(version)                        # on the mailbox notice
+    if receiver.ready(): engine.load_weights(receiver.finish())   # at a batch boundary
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+from mpi4py import MPI
+
+from .endpoints import Channel, SyncStats, WeightReceiver, WeightSender
+from .mpi_buffers import MPIChannel, mpi_cuda_aware
+from .p2p import TorchChannel
+from .plan import (DEFAULT_BUCKET_BYTES, DEFAULT_PACK_BELOW, LocalShard, Need, ShardMeta,
+                   TransferPlan, build_plan, llama_tp_dim)
+
+__all__ = ["Channel", "LocalShard", "MPIChannel", "Need", "ShardMeta", "SyncStats",
+           "TorchChannel", "TransferPlan", "WeightReceiver", "WeightSender", "build_plan",
+           "gather_plan", "llama_tp_dim", "make_weight_transport", "mpi_cuda_aware"]
+
+
+def gather_plan(comm: MPI.Comm, rank: int, *, shards: Iterable[LocalShard] | None = None,
+                need: Need | None = None, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+                pack_below: int = DEFAULT_PACK_BELOW) -> TransferPlan | None:
+    """Exchange layout metadata once over ``comm`` (allgather, collective) and build the plan.
+
+    ``rank`` is this rank's id in the channel's rank space. Trainers pass ``shards`` (only names,
+    shapes, dtypes and rows travel), generators ``need``; the lowest trainer's ``bucket_bytes``
+    and ``pack_below`` win. Returns None when there are no trainers or no generators.
+    """
+    if shards is not None and need is not None:
+        raise ValueError("a rank is a trainer (shards) or a generator (need), not both")
+    metas = None if shards is None else [ShardMeta.of(LocalShard(*s)) for s in shards]
+    mine = (rank, metas, need, (bucket_bytes, pack_below))
+    everyone = comm.allgather(mine)
+    trainers = {r: m for r, m, _, _ in everyone if m is not None}
+    needs = {r: n for r, _, n, _ in everyone if n is not None}
+    if not trainers or not needs:
+        return None
+    bb, pb = next(cfg for r, m, _, cfg in sorted(everyone, key=lambda e: e[0]) if m is not None)
+    return build_plan(trainers, needs, bucket_bytes=bb, pack_below=pb)
+
+
+def make_weight_transport(kind: str, comm: MPI.Comm, *, shards: Iterable[LocalShard] | None = None,
+                          need: Need | None = None, group=None,
+                          device: str | torch.device = "cpu",
+                          bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+                          pack_below: int = DEFAULT_PACK_BELOW):
+    """A ``WeightSender`` (ranks with ``shards``), ``WeightReceiver`` (ranks with ``need``) or None.
+
+    Collective over ``comm``. ``kind="torch"``: torch.distributed point-to-point over ``group``
+    (None = the default group; torch must be initialized, see ``init_torch_distributed``).
+    ``kind="mpi"``: MPI buffers over a duplicate of ``comm``; with CUDA tensors it requires a
+    CUDA-aware MPI and says so otherwise. ``device``: where a generator stages what it receives
+    (a sender uses its shards' device).
+    """
+    shards = None if shards is None else list(shards)
+    if kind not in ("torch", "mpi"):
+        raise ValueError(f"unknown weight transport {kind!r}: expected 'torch' or 'mpi'")
+    wcomm = comm.Dup() if kind == "mpi" else None  # weight traffic never meets the caller's
+    channel, err = None, None
+    if shards is not None or need is not None:
+        try:  # errors are shared below so that no rank is left waiting in the exchange
+            channel = TorchChannel(group) if kind == "torch" else MPIChannel(wcomm)
+            channel.check_device(shards[0][1].device if shards else torch.device(device))
+        except (RuntimeError, ValueError) as e:
+            err = f"rank {comm.Get_rank()}: {e}"
+    errors = [e for e in comm.allgather(err) if e is not None]
+    if errors:
+        raise RuntimeError("cannot set up the weight transport: " + "; ".join(errors))
+    rank = channel.rank if channel is not None else -1 - comm.Get_rank()
+    plan = gather_plan(comm, rank, shards=shards, need=need, bucket_bytes=bucket_bytes,
+                       pack_below=pack_below)
+    if plan is None or channel is None:
+        if wcomm is not None:
+            wcomm.Free()
+        return None
+    if shards is not None:
+        return WeightSender(plan, channel)
+    return WeightReceiver(plan, channel, device=device)

@@ -1,0 +1,235 @@
+"""The two ends of a weight sync, over any point-to-point channel (torch.distributed or MPI).
+
+Trainer: ``WeightSender.push(shards, version)`` copies the local shards into flat send buffers
+(so training may change the parameters as soon as it returns), posts every send and returns;
+the next ``push`` (or ``wait``) first waits for those sends. Generator: ``WeightReceiver.start``
+posts every receive into staging buffers and returns; the engine keeps generating; ``ready()``
+says, without blocking, whether everything is in; ``finish()`` waits for the rest and returns
+``[(name, tensor)]`` for the engine's ``load_weights``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Iterable, Protocol
+
+import torch
+
+from .plan import (LocalShard, Message, TransferPlan, box_shape, byte_view, dest_index, layout,
+                   pack, to_dtype, typed_view, unpack)
+
+
+class Channel(Protocol):
+    """Point-to-point transport of flat uint8 tensors. Ranks are the plan's ranks."""
+
+    rank: int
+
+    def isend(self, buf: torch.Tensor, dst: int, tag: int) -> Any: ...
+    def irecv(self, buf: torch.Tensor, src: int, tag: int) -> Any: ...
+    def wait(self, handle: Any) -> None: ...
+    def test(self, handle: Any) -> bool: ...
+    def pollable(self, device: torch.device) -> bool:
+        """False when ``test`` cannot see completion (gloo): the receiver then waits in a thread."""
+        ...
+    def check_device(self, device: torch.device) -> None:
+        """Raise a clear error when this channel cannot move buffers on ``device``."""
+        ...
+
+
+@dataclass
+class SyncStats:
+    version: int = -1
+    nbytes: int = 0  # payload bytes this rank sent (each destination counted) or received
+    messages: int = 0  # point-to-point operations posted
+    post_s: float = 0.0  # time inside push()/start(): packing and posting
+    transfer_s: float = 0.0  # push()/start() until the last operation was seen complete
+    stall_s: float = 0.0  # time the caller was blocked: in finish() (receiver), in wait() (sender)
+
+
+class WeightSender:
+    """Trainer end. ``push`` is non-blocking apart from the packing copy; one push in flight."""
+
+    def __init__(self, plan: TransferPlan, channel: Channel):
+        self.plan, self.channel = plan, channel
+        self.rank = channel.rank
+        if self.rank not in plan.trainers:
+            raise ValueError(f"rank {self.rank} is not a trainer of this plan {plan.trainers}")
+        self._msgs = plan.sends(self.rank)
+        self._offs, self._total = layout(m.nbytes for m in self._msgs)
+        self._arena: torch.Tensor | None = None  # allocated at the first push, on the shards' device
+        self._handles: list[Any] = []
+        self._t0 = 0.0
+        self.stats = SyncStats()
+
+    def push(self, shards: Iterable[LocalShard], version: int) -> None:
+        self.wait()
+        by_name = {s[0]: LocalShard(*s) for s in shards}
+        device = self._check(by_name)
+        if self._arena is None or self._arena.device != device:
+            self.channel.check_device(device)
+            self._arena = torch.empty(self._total, dtype=torch.uint8, device=device)
+        t0 = time.perf_counter()
+        handles = []
+        for msg, off in zip(self._msgs, self._offs):
+            flat = self._arena[off:off + msg.nbytes]
+            pack(msg, flat, by_name)  # pipelined: earlier messages are on the wire meanwhile
+            handles += [self.channel.isend(flat, dst, msg.tag) for dst in msg.dsts]
+        self._handles, self._t0 = handles, t0
+        self.stats = SyncStats(version, self.plan.nbytes_from(self.rank), len(handles),
+                               post_s=time.perf_counter() - t0)
+
+    def progress(self) -> bool:
+        """Poll the sends without blocking (drives MPI progress); True when all are done."""
+        return all(self.channel.test(h) for h in self._handles)
+
+    def wait(self) -> float:
+        """Block until the last push is on its way out; returns the seconds blocked."""
+        if not self._handles:
+            return 0.0
+        t = time.perf_counter()
+        for h in self._handles:
+            self.channel.wait(h)
+        self._handles = []
+        now = time.perf_counter()
+        self.stats.transfer_s, self.stats.stall_s = now - self._t0, now - t
+        return self.stats.stall_s
+
+    def _check(self, by_name: dict[str, LocalShard]) -> torch.device:
+        devices = set()
+        for p in self.plan.params:
+            s = by_name.get(p.name)
+            if s is None:
+                raise KeyError(f"push: no local shard for parameter {p.name}")
+            want = self.plan.held[self.rank][p.name]
+            got = (s.offset, s.offset + s.tensor.shape[0])
+            if (tuple(s.global_shape) != p.shape or s.tensor.dtype != to_dtype(p.dtype)
+                    or got != want):
+                raise ValueError(
+                    f"push: {p.name} is rows {got} of {tuple(s.global_shape)} {s.tensor.dtype}, "
+                    f"the plan expects rows {want} of {p.shape} {p.dtype}")
+            devices.add(s.tensor.device)
+        if len(devices) > 1:
+            raise ValueError(f"push: local shards live on several devices {devices}")
+        return devices.pop() if devices else torch.device("cpu")
+
+
+class WeightReceiver:
+    """Generator end. Staging memory (one copy of the weights it needs) is allocated once.
+
+    The tensors ``finish()`` returns are views of that staging memory: the engine must copy them
+    (``load_weights`` does) before the next ``start()``.
+    """
+
+    def __init__(self, plan: TransferPlan, channel: Channel, device: str | torch.device = "cpu"):
+        self.plan, self.channel = plan, channel
+        self.rank = channel.rank
+        if self.rank not in plan.generators:
+            raise ValueError(f"rank {self.rank} is not a generator of this plan {plan.generators}")
+        self.device = torch.device(device)
+        channel.check_device(self.device)
+        self._need = plan.needs[self.rank]
+        specs = plan.params
+        shapes = [box_shape(self._need[p.name]) for p in specs]
+        sizes = [torch.Size(s).numel() * p.itemsize for p, s in zip(specs, shapes)]
+        offs, total = layout(sizes)
+        self._arena = torch.empty(total, dtype=torch.uint8, device=self.device)
+        self._staging = {p.name: typed_view(self._arena, o, to_dtype(p.dtype), s)
+                         for p, o, s in zip(specs, offs, shapes)}
+        # Single-piece messages land in place (a piece is whole rows of the staging tensor);
+        # multi-piece ones go through a flat buffer and are unpacked on arrival.
+        msgs = plan.recvs(self.rank)
+        packed = [m for m in msgs if len(m.pieces) > 1]
+        poffs, ptotal = layout(m.nbytes for m in packed)
+        self._pack_arena = torch.empty(ptotal, dtype=torch.uint8, device=self.device)
+        pbuf = {id(m): self._pack_arena[o:o + m.nbytes] for m, o in zip(packed, poffs)}
+        self._targets: list[tuple[Message, torch.Tensor, bool]] = []
+        for m in msgs:
+            if id(m) in pbuf:
+                self._targets.append((m, pbuf[id(m)], True))
+            else:
+                pc = m.pieces[0]
+                view = self._staging[pc.name][dest_index(pc, self._need[pc.name])]
+                self._targets.append((m, byte_view(view), False))
+        self._nbytes = plan.nbytes_to(self.rank)
+        self._pollable = channel.pollable(self.device)
+        self._handles: list[Any] = []
+        self._done = 0  # targets complete and unpacked, in order
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._all_in = threading.Event()
+        self._t0 = 0.0
+        self._t_in = 0.0
+        self.version: int | None = None  # the version being received, None when idle
+        self.stats = SyncStats()
+
+    @property
+    def staging_bytes(self) -> int:
+        return self._arena.numel() + self._pack_arena.numel()
+
+    def start(self, version: int) -> None:
+        """Post every receive for ``version`` and return at once."""
+        if self.version is not None:
+            raise RuntimeError(f"start({version}) while version {self.version} is still being "
+                               "received: call finish() first")
+        t0 = time.perf_counter()
+        self.version, self._t0, self._t_in, self._done, self._error = version, t0, 0.0, 0, None
+        self._all_in.clear()
+        self._handles = [self.channel.irecv(buf, m.src, m.tag) for m, buf, _ in self._targets]
+        if not self._pollable:  # gloo: completion is only visible through a blocking wait
+            self._thread = threading.Thread(target=self._wait_all, name="weight-recv", daemon=True)
+            self._thread.start()
+        self.stats = SyncStats(version, self._nbytes, len(self._handles),
+                               post_s=time.perf_counter() - t0)
+
+    def ready(self) -> bool:
+        """True when every byte is in and unpacked; never blocks (MPI: also drives progress)."""
+        if self.version is None:
+            return False
+        if self._thread is not None:
+            return self._all_in.is_set()
+        while self._done < len(self._handles) and self.channel.test(self._handles[self._done]):
+            self._unpack_next()
+        return self._done == len(self._handles)
+
+    def finish(self) -> list[tuple[str, torch.Tensor]]:
+        """Wait for the rest of ``version``; returns (name, tensor) in the trainers' order."""
+        if self.version is None:
+            raise RuntimeError("finish() without start()")
+        t = time.perf_counter()
+        try:
+            if self._thread is not None:
+                self._thread.join()
+                self._thread = None
+                if self._error is not None:
+                    raise RuntimeError(f"weight receive of version {self.version} failed: "
+                                       f"{self._error}") from self._error
+            else:
+                while self._done < len(self._handles):
+                    self.channel.wait(self._handles[self._done])
+                    self._unpack_next()
+        finally:
+            self._handles, self.version = [], None
+        now = time.perf_counter()
+        self.stats.stall_s = now - t
+        self.stats.transfer_s = (self._t_in or now) - self._t0
+        return [(p.name, self._staging[p.name]) for p in self.plan.params]
+
+    def _unpack_next(self) -> None:
+        msg, buf, packed = self._targets[self._done]
+        if packed:
+            unpack(msg, buf, self._staging, self._need)
+        self._done += 1
+        if self._done == len(self._handles):
+            self._t_in = time.perf_counter()
+
+    def _wait_all(self) -> None:
+        try:
+            while self._done < len(self._handles):
+                self.channel.wait(self._handles[self._done])
+                self._unpack_next()
+        except BaseException as e:  # re-raised by finish() on the caller's thread
+            self._error = e
+        finally:
+            self._all_in.set()
