@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -72,7 +73,9 @@ def cmd_run(args) -> int:
     cfg = _load_or_exit(args.config)
     cmd, env = mpiexec_command(cfg.world.size, [sys.executable, "-m", "launch", args.config])
     if args.dry_run:
-        print(" ".join(cmd))
+        # Printed so that it works when pasted: the variables we added go in front.
+        added = [f"{k}={v}" for k, v in env.items() if os.environ.get(k) != v]
+        print(" ".join(added + [shlex.quote(c) for c in cmd]))
         return 0
     return subprocess.call(cmd, env=env)
 

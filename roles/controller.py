@@ -144,6 +144,7 @@ class ControllerActor(Actor):
             "verifier_failures": int(scored.get("verifier_failures", 0)),
             "verifier_timeouts": int(scored.get("verifier_timeouts", 0)),
             "step_s": now - self.t_last_step,
+            "busy": self._busy_fractions(gen, scored, m.metrics, now - self.t_last_step),
             "elapsed_s": now - self.t_start,
             "trainer": m.metrics,
         }
@@ -163,6 +164,25 @@ class ControllerActor(Actor):
             self.stop("finished")
             return
         self._fill()
+
+    def _busy_fractions(self, gen, scored, trainer: dict, step_s: float) -> dict[str, float]:
+        """Share of each role's rank-time this step spent working on the step's data.
+
+        Work is attributed to the step whose data it produced, so in asynchronous mode a
+        generator's figure describes batches sampled during the previous step's interval;
+        in steady state the ratio is the same.
+        """
+        if step_s <= 0:
+            return {}
+        counts = self.cfg.world.counts()
+        train_s = (trainer.get("train_s") or 0.0) + (trainer.get("weight_send_s") or 0.0)
+        busy = {
+            self.generate_role: (gen.get("generate_s", 0.0) + gen.get("weight_load_s", 0.0))
+            / (counts[self.generate_role] * step_s),
+            "reward": scored.get("score_s", 0.0) / (counts["reward"] * step_s),
+        }
+        busy[self.cfg.world.train_role] = busy.get(self.cfg.world.train_role, 0.0) + train_s / step_s
+        return {k: round(v, 4) for k, v in busy.items()}
 
     def on_stop(self, reason: str) -> None:
         self.metrics_file.close()

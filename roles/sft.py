@@ -22,7 +22,7 @@ from roles.tasks.arith import ArithTask
 class SFTConfig:
     fraction: float = 0.25  # share of the task's training pairs used for SFT (the rest stay for RL)
     steps: int = 400  # optimizer steps
-    lr: float = 3e-3  # AdamW learning rate (constant after a short warm-up)
+    lr: float = 1e-3  # AdamW learning rate (constant after a short warm-up)
     batch: int = 32  # sequences per step, drawn with replacement
     seed: int = 0  # picks the SFT pairs and the batches; also seeds torch
 
@@ -58,14 +58,16 @@ def sft_warm_start(
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     warmup = max(1, steps // 20)  # Adam's first steps are noisy; a short ramp keeps them small
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
-    loss = torch.tensor(float("nan"))
-    for _ in range(steps):
+    loss = first_loss = torch.tensor(float("nan"))
+    for step in range(steps):
         idx = torch.as_tensor(rng.integers(0, len(pairs), batch))
         loss = model(input_ids=ids[idx], attention_mask=mask[idx], labels=labels[idx]).loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
         sched.step()
+        if step == 0:
+            first_loss = loss.detach()
     model.eval()
     acc_after = task.heldout_accuracy(model)
 
@@ -75,6 +77,7 @@ def sft_warm_start(
     return {
         **asdict(cfg),
         "pairs": len(pairs),
+        "first_loss": float(first_loss),
         "final_loss": float(loss.detach()),
         "heldout_acc_before": acc_before,
         "heldout_acc_after": acc_after,

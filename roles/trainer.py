@@ -71,7 +71,8 @@ class TrainerActor(Actor):
             if self._collect_started is None:
                 self._collect_started = time.perf_counter()
             return False
-        wait_s = time.perf_counter() - (self._collect_started or time.perf_counter())
+        # How long this rank sat idle waiting for the step's last group (0 if it was there).
+        wait_s = 0.0 if self._collect_started is None else time.perf_counter() - self._collect_started
         del self.buffers[self.step_index]
         with self.spans.span("train"):
             metrics = self.train_on(groups)
@@ -106,8 +107,7 @@ class TrainerActor(Actor):
         algo, temperature = self.cfg.algorithm, self.cfg.rollout.temperature
         prompts, responses, mus, advs, rewards, staleness = [], [], [], [], [], []
         for g in groups:
-            r = torch.tensor(g.rewards, dtype=torch.float32)
-            a = adv_lib.group_advantages(r, mode=algo.advantage)
+            a = adv_lib.group_advantages(g.rewards, algo.advantage)
             for ids, lp, ai in zip(g.response_ids, g.logprobs, a.tolist()):
                 prompts.append(g.prompt_ids)
                 responses.append(ids)
@@ -137,7 +137,7 @@ class TrainerActor(Actor):
                 loss, m = losses.grpo_loss(logp, mu, adv, mask, clip_eps=algo.clip_eps)
             n_tok = float(mask.sum())
             (loss * n_tok * scale).backward()
-            loss_sum += float(loss) * n_tok
+            loss_sum += float(loss.detach()) * n_tok
             for k, v in m.items():
                 sums[k] += float(v) * n_tok
         if self.allreduce_grads:

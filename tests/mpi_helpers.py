@@ -92,7 +92,7 @@ def run_mpi(
     """``mpirun -n N --oversubscribe [mpirun_args] argv``; kill everything after ``timeout`` s."""
     cmd = [find_mpirun(), "-n", str(n), "--oversubscribe", *(mpirun_args or []), *map(str, argv)]
     t0 = time.monotonic()
-    # A new session makes mpirun and its ranks one process group we can kill as a whole.
+    # A session of its own, so that ending it (see _kill_group) touches nothing of ours.
     proc = subprocess.Popen(
         cmd,
         cwd=str(cwd or REPO),
@@ -139,8 +139,43 @@ def run_python(
         os.unlink(path)
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (Linux /proc; elsewhere none are found)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            # The field after the parenthesised command name is the state, then the parent.
+            ppid = int(entry.joinpath("stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
+    """End mpirun and every rank it started.
+
+    Open MPI puts each rank in a session of its own, so killing mpirun's process group
+    does not reach them: ask mpirun to end the job first (SIGTERM, which it forwards),
+    then SIGKILL whatever of its process tree is left.
+    """
+    tree = _descendants(proc.pid)
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=5)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    for pid in [proc.pid, *tree]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     try:
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
+    except (ProcessLookupError, PermissionError):
         pass

@@ -157,13 +157,6 @@ def test_launch_bad_config_exits_2_with_one_message(base_config, write_config):
     assert out.count("run.stepz: unknown key") == 1, out
 
 
-def test_launch_missing_model_exits_2(base_config, write_config, tmp_path):
-    base_config["model"]["path"] = str(tmp_path / "absent-model")
-    rc, out = launch_under_mpirun(2, write_config(base_config))
-    assert rc == 2, out
-    assert out.count("mpirl: config error") == 1 and "model.path" in out, out
-
-
 def test_launch_rank_count_mismatch_exits_2(base_config, write_config):
     rc, out = launch_under_mpirun(3, write_config(base_config))  # a 4-rank map on 3 ranks
     assert rc == 2, out

@@ -124,13 +124,20 @@ class _Encoder:
         raise CodecError(f"cannot encode a value of type {type(obj).__name__}")
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # per message class, worked out on first use
+
+
 def _to_map(msg) -> dict:
-    type_name = getattr(type(msg), "__message_type__", None)
+    cls = type(msg)
+    type_name = getattr(cls, "__message_type__", None)
     if type_name is None:
-        raise CodecError(f"{type(msg).__name__} is not a registered message type")
+        raise CodecError(f"{cls.__name__} is not a registered message type")
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
     body = {"type": type_name, "v": SCHEMA_VERSION}
-    for f in dataclasses.fields(msg):
-        body[f.name] = getattr(msg, f.name)
+    for name in names:
+        body[name] = getattr(msg, name)
     return body
 
 
@@ -219,32 +226,61 @@ def decode(data, frames=()) -> Any:
 
 
 def _from_map(body: dict):
-    if not all(isinstance(k, str) for k in body):
-        raise CodecError(f"message field names must be strings, got {sorted(map(repr, body))}")
     type_name = body.pop("type", None)
     if type_name is None:
         raise CodecError("message has no 'type' field")
-    cls = _REGISTRY.get(type_name)
+    cls = _REGISTRY.get(type_name) if isinstance(type_name, str) else None
     if cls is None:
         raise CodecError(f"unknown message type {type_name!r} (known: {', '.join(sorted(_REGISTRY))})")
     version = body.pop("v", None)
     if version != SCHEMA_VERSION:
         raise CodecError(f"{type_name}: schema version {version!r}, this build speaks {SCHEMA_VERSION}")
-    hints = _hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    extra = sorted(set(body) - set(fields))
+    names, required, checks = _schema(cls)
+    extra = body.keys() - names
     if extra:
-        raise CodecError(f"{type_name}: unexpected field(s) {', '.join(extra)}")
-    for name, f in fields.items():
-        if name not in body:
-            has_default = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
-            if not has_default:
-                raise CodecError(f"{type_name}: missing field {name!r}")
-            continue
-        problem = _type_problem(body[name], hints[name])
-        if problem:
-            raise CodecError(f"{type_name}.{name}: {problem}")
+        if not all(isinstance(k, str) for k in extra):
+            raise CodecError(f"{type_name}: field names must be strings, got {sorted(map(repr, extra))}")
+        raise CodecError(f"{type_name}: unexpected field(s) {', '.join(sorted(extra))}")
+    if not required <= body.keys():
+        missing = [n for n in names if n in required and n not in body]
+        raise CodecError(f"{type_name}: missing field {missing[0]!r}")
+    for name, fits, hint in checks:
+        if name in body and not fits(body[name]):
+            raise CodecError(f"{type_name}.{name}: {_type_problem(body[name], hint)}")
     return cls(**body)
+
+
+# Decoding is on every message's path: the per-class facts are worked out once.
+_SCHEMA_CACHE: dict[type, tuple] = {}
+
+
+def _schema(cls) -> tuple:
+    """(field names in order, required names, [(name, fits(value) -> bool, hint)])."""
+    got = _SCHEMA_CACHE.get(cls)
+    if got is None:
+        hints = _hints(cls)
+        fields = dataclasses.fields(cls)
+        names = tuple(f.name for f in fields)
+        required = frozenset(
+            f.name for f in fields
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        )
+        checks = [(f.name, _fits_for(hints[f.name]), hints[f.name]) for f in fields]
+        got = _SCHEMA_CACHE[cls] = (names, required, [c for c in checks if c[1] is not None])
+    return got
+
+
+def _fits_for(hint):
+    """A fast yes/no test equivalent to ``_type_problem(value, hint) is None`` (None: always fits)."""
+    if hint is Any or hint is object:
+        return None
+    if hint is int:
+        return lambda v: type(v) is int or (isinstance(v, int) and not isinstance(v, bool))
+    if hint is float:
+        return lambda v: type(v) is float or (isinstance(v, (int, float)) and not isinstance(v, bool))
+    if hint in (str, bytes, bool, np.ndarray):
+        return lambda v: isinstance(v, hint)
+    return lambda v: _type_problem(v, hint) is None
 
 
 _HINT_CACHE: dict[type, dict] = {}

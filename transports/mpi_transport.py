@@ -19,7 +19,9 @@ Blocking behaviour, call by call:
 from __future__ import annotations
 
 import collections
+import threading
 import time
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,10 +44,72 @@ class Received:
     frames: list  # [header bytes, *buffers as numpy uint8 arrays]
 
 
+class _Lease:
+    """The owner, as numpy sees it, of one loan of a pooled buffer.
+
+    Every array, view or tensor made from the loaned array keeps this object alive (numpy
+    collapses a view's base to the first base that is not an array: this one); when the
+    last of them is gone, the buffer goes back to the pool.
+    """
+
+    __slots__ = ("__array_interface__", "block", "__weakref__")
+
+    def __init__(self, block: np.ndarray):
+        self.block = block
+        self.__array_interface__ = block.__array_interface__
+
+
+class _ReceiveBuffers:
+    """Receive buffers for large frames, reused once the application has let go of them.
+
+    Fresh memory costs a page fault and a kernel zeroing of every page: for a 64 MiB frame
+    that is about as long again as receiving it (bench/mailbox.py). Only frames of at least
+    ``min_bytes`` are pooled, reuse is by exact size, and at most ``max_free_bytes`` wait
+    in the pool; buffers still in use by the application are never in it.
+    """
+
+    def __init__(self, min_bytes: int = 1 << 20, max_free_bytes: int = 256 << 20):
+        self.min_bytes = min_bytes
+        self.max_free_bytes = max_free_bytes
+        self._free: dict[int, list[np.ndarray]] = {}
+        self._free_bytes = 0
+        # Reentrant: a loan can end (its finalizer run) during a garbage collection that
+        # starts inside take(), on this very thread.
+        self._lock = threading.RLock()
+
+    def take(self, nbytes: int) -> np.ndarray:
+        """An uninitialised uint8 array of ``nbytes``, the caller's until it drops every view."""
+        if nbytes < self.min_bytes:
+            return np.empty(nbytes, dtype=np.uint8)
+        with self._lock:
+            stack = self._free.get(nbytes)
+            block = stack.pop() if stack else None
+            if block is not None:
+                self._free_bytes -= nbytes
+        if block is None:
+            block = np.empty(nbytes, dtype=np.uint8)
+        lease = _Lease(block)
+        weakref.finalize(lease, self._give_back, block).atexit = False
+        return np.asarray(lease)
+
+    def _give_back(self, block: np.ndarray) -> None:
+        with self._lock:
+            if self._free_bytes + block.nbytes <= self.max_free_bytes:
+                self._free.setdefault(block.nbytes, []).append(block)
+                self._free_bytes += block.nbytes
+
+    @property
+    def free_bytes(self) -> int:
+        return self._free_bytes
+
+
 class MPITransport:
-    def __init__(self, comm: MPI.Comm, max_inflight_bytes: int = 256 * 1024 * 1024):
+    def __init__(self, comm: MPI.Comm, max_inflight_bytes: int = 256 * 1024 * 1024,
+                 max_pooled_bytes: int = 256 * 1024 * 1024):
+        """``max_pooled_bytes``: receive buffers kept for reuse (0: a fresh buffer every time)."""
         self.comm = comm
         self.max_inflight_bytes = max_inflight_bytes
+        self._buffers = _ReceiveBuffers(max_free_bytes=max_pooled_bytes)
         self._pending: collections.deque[_Pending] = collections.deque()
         self._inflight_bytes = 0
         self._stash: collections.deque[Received] = collections.deque()
@@ -134,7 +198,7 @@ class MPITransport:
             # The header's buffers are the next BUFFER_TAG messages from this source.
             st = MPI.Status()
             bmsg = self.comm.mprobe(source=source, tag=BUFFER_TAG, status=st)
-            buf = np.empty(st.Get_count(MPI.BYTE), dtype=np.uint8)
+            buf = self._buffers.take(st.Get_count(MPI.BYTE))
             bmsg.Recv([buf, MPI.BYTE])
             frames.append(buf)
         self.bytes_received += sum(_nbytes(f) for f in frames)

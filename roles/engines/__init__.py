@@ -10,7 +10,11 @@ def make_engine(cfg, seed: int = 0, model=None):
     if engine == "torch":
         from roles.engines.torch_engine import TorchEngine
 
-        return TorchEngine(model if model is not None else cfg.model.path, dtype=cfg.model.dtype)
+        if model is not None:
+            return TorchEngine(model)  # sample with the caller's module: shared, not copied
+        from roles.weights import DTYPES
+
+        return TorchEngine(cfg.model.path, dtype=DTYPES[cfg.model.dtype])
     if engine == "vllm":
         from roles.engines.vllm_engine import VllmEngine
 

@@ -86,31 +86,52 @@ def build_tiny_llama(
     dtype: torch.dtype = torch.float32,
 ) -> Path:
     """Save a randomly initialised ``LlamaForCausalLM`` plus its character tokenizer in ``out_dir``."""
-    if hidden_size % num_heads or hidden_size // num_heads not in SUPPORTED_HEAD_DIMS:
-        raise ValueError(
-            f"hidden_size/num_heads = {hidden_size}/{num_heads} must be one of "
-            f"{SUPPORTED_HEAD_DIMS} (vLLM CPU kernels support only standard head dims)"
-        )
+    _check_head_dim(hidden_size, num_heads)  # before writing anything
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tok = save_char_tokenizer(out, alphabet)
-    config = LlamaConfig(
-        vocab_size=len(tok),
+    config = llama_config(
+        tok, hidden_size, num_layers, num_heads, intermediate_size, max_position_embeddings
+    )
+    # HF init draws from the global generator: seed it, but leave the caller's state as it was.
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config).to(dtype)
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(str(out), safe_serialization=True)
+    return out
+
+
+def llama_config(
+    tokenizer,
+    hidden_size: int,
+    num_layers: int,
+    num_heads: int,
+    intermediate_size: int,
+    max_position_embeddings: int,
+) -> LlamaConfig:
+    """The ``LlamaConfig`` of a tiny model over ``tokenizer``'s vocabulary and special ids."""
+    _check_head_dim(hidden_size, num_heads)
+    return LlamaConfig(
+        vocab_size=len(tokenizer),
         hidden_size=hidden_size,
         intermediate_size=intermediate_size,
         num_hidden_layers=num_layers,
         num_attention_heads=num_heads,
         num_key_value_heads=num_heads,
         max_position_embeddings=max_position_embeddings,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
         # Separate input and output embeddings: weight sync then moves plain, unaliased
         # tensors, and vLLM and HF agree on the parameter list.
         tie_word_embeddings=False,
     )
-    torch.manual_seed(seed)  # HF init draws from the global generator
-    model = LlamaForCausalLM(config).to(dtype)
-    model.generation_config.pad_token_id = tok.pad_token_id
-    model.save_pretrained(str(out), safe_serialization=True)
-    return out
+
+
+def _check_head_dim(hidden_size: int, num_heads: int) -> None:
+    if hidden_size % num_heads or hidden_size // num_heads not in SUPPORTED_HEAD_DIMS:
+        raise ValueError(
+            f"hidden_size/num_heads = {hidden_size}/{num_heads} must be one of "
+            f"{SUPPORTED_HEAD_DIMS} (vLLM CPU kernels support only standard head dims)"
+        )

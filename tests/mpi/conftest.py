@@ -83,7 +83,11 @@ class _MPISession:
 
     # ----------------------------------------------------------------- timeout
 
-    @pytest.hookimpl(tryfirst=True)
+    def pytest_report_header(self, config):
+        return (f"MPI: {self.size} ranks; only rank 0 reports unless another fails; a test past its "
+                "timeout prints its stacks and aborts the job (tests/mpi/conftest.py)")
+
+    @pytest.hookimpl(tryfirst=True, optionalhook=True)
     def pytest_timeout_set_timer(self, item, settings):
         timer = threading.Timer(settings.timeout, self._timed_out, (item, settings.timeout))
         timer.name = f"mpi-timeout {item.nodeid}"

@@ -287,3 +287,70 @@ def test_close_drops_late_messages_and_returns_everywhere(comm, hub_and_spokes):
     if comm.rank == 0:
         assert mb.dropped_after_close == 5 * (comm.size - 1)
     mb.close()  # a second close is a no-op
+
+
+# ------------------------------------------------------------ receive buffers
+
+
+def data_ptr(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def test_receive_buffers_come_back_only_when_every_view_is_gone():
+    # No MPI needed: the pool that large receives are taken from.
+    import gc
+
+    import torch
+
+    from transports.mpi_transport import _ReceiveBuffers
+
+    pool = _ReceiveBuffers(min_bytes=1 << 20, max_free_bytes=4 << 20)
+    small = pool.take(1000)
+    assert small.nbytes == 1000 and pool.free_bytes == 0  # small ones are never pooled
+    a = pool.take(1 << 20)
+    assert a.dtype == np.uint8 and a.shape == (1 << 20,) and a.flags.writeable
+    ptr = data_ptr(a)
+    t = torch.from_numpy(np.frombuffer(a, dtype=np.float32).reshape(512, -1))[3:5]  # a decoded tensor's view
+    del a
+    gc.collect()
+    assert pool.free_bytes == 0, "given back while a tensor still uses it"
+    b = pool.take(1 << 20)
+    assert data_ptr(b) != ptr
+    del t
+    gc.collect()
+    assert pool.free_bytes == 1 << 20
+    c = pool.take(1 << 20)
+    assert data_ptr(c) == ptr and pool.free_bytes == 0  # reused
+    d = pool.take(2 << 20)
+    del b, c, d
+    gc.collect()
+    assert pool.free_bytes == 4 << 20  # within the bound: 1 + 1 + 2 MiB
+    e = pool.take(3 << 20)
+    del e
+    gc.collect()
+    assert pool.free_bytes == 4 << 20  # a 3 MiB buffer would pass the bound: dropped, not kept
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(60)
+def test_a_kept_large_message_is_never_overwritten(comm, hub_and_spokes):
+    size, n = 2 << 20, 6
+    mb = hub_and_spokes()
+    if comm.rank == 1:
+        for i in range(n):
+            mb.send(("hub", 0), Seq(i, pattern(size, i)))
+            mb.wait(timeout_s=WAIT_S, types=[Done])  # one at a time: the hub decides what it keeps
+    elif comm.rank == 0:
+        kept, ptrs = [], []
+        for i in range(n):
+            (env,) = receive(mb, 1)
+            ptrs.append(data_ptr(env.msg.data))
+            if i % 2 == 0:
+                kept.append((i, env.msg.data))  # even ones are kept, odd ones dropped at once
+            del env
+            mb.send(("spoke", 0), Done(i))
+        for i, data in kept:
+            assert np.array_equal(data, pattern(size, i)), f"message {i} was overwritten"
+        assert len({ptrs[i] for i in range(0, n, 2)}) == n // 2  # kept ones never share a buffer
+        # A dropped message's buffer is the next message's: 1 -> 2, 3 -> 4.
+        assert ptrs[2] == ptrs[1] and ptrs[4] == ptrs[3], ptrs

@@ -118,10 +118,17 @@ def test_one_trainer_two_generators(world):
     run_everywhere(world, body)
 
 
-@pytest.mark.parametrize("kind", ["torch", "mpi"])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_two_fsdp_trainers_two_generators(world, dtype, kind):
-    """FSDP2 shards on ranks 0-1 go straight to generators 2-3, across optimizer steps."""
+@pytest.mark.parametrize("kind,dtype,copy", [("torch", torch.float32, True),
+                                             ("torch", torch.bfloat16, False),
+                                             ("mpi", torch.float32, False),
+                                             ("mpi", torch.bfloat16, True)],
+                         ids=["torch-fp32-copy", "torch-bf16-nocopy", "mpi-fp32-nocopy",
+                              "mpi-bf16-copy"])
+def test_two_fsdp_trainers_two_generators(world, kind, dtype, copy):
+    """FSDP2 shards on ranks 0-1 go straight to generators 2-3, across optimizer steps.
+
+    copy=False sends from the parameters' memory; guard() makes optimizer.step() wait for it.
+    """
     from roles.sharding import full_state, local_shards, shard_model
     from transports.weights import Need, make_weight_transport
 
@@ -137,7 +144,10 @@ def test_two_fsdp_trainers_two_generators(world, dtype, kind):
         ep = make_weight_transport(kind, world.comm,
                                    shards=local_shards(model) if is_trainer else None,
                                    need=None if is_trainer else Need(),
-                                   group=world.weights, bucket_bytes=4096, pack_below=1024)
+                                   group=world.weights, bucket_bytes=4096, pack_below=1024,
+                                   copy=copy)
+        if is_trainer and not copy:
+            ep.guard(opt)
         data = torch.randint(0, 37, (4, 12), generator=torch.Generator().manual_seed(3))
         for version in (1, 2, 3):
             if is_trainer:
@@ -189,7 +199,7 @@ def test_tensor_parallel_generators(world):
     run_everywhere(world, body)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_odd_shapes_without_fsdp(world, dtype):
     """Shards cut by hand: rows that do not divide by 2, a 1-row tensor, 3-d, tiny buckets."""
     from transports.weights import Need, make_weight_transport
@@ -215,5 +225,25 @@ def test_odd_shapes_without_fsdp(world, dtype):
             ep.wait()
         else:
             check_generator(world, receive(ep, 1), full)
+
+    run_everywhere(world, body)
+
+
+def test_setup_errors_reach_every_rank(world):
+    """MPI transport asked for CUDA buffers on a non-CUDA-aware MPI: every rank hears why."""
+    from transports.weights import Need, make_weight_transport, mpi_cuda_aware
+    from transports.weights.plan import LocalShard
+
+    if mpi_cuda_aware():
+        pytest.skip("this MPI is CUDA-aware")
+
+    def body():
+        rank = world.rank
+        shards = [LocalShard("w", torch.ones(4, 2), (8, 2), 4 * rank)] if rank in TRAINERS else None
+        with pytest.raises(RuntimeError, match="not CUDA-aware") as info:
+            make_weight_transport("mpi", world.comm, shards=shards,
+                                  need=None if rank in TRAINERS else Need(),
+                                  device="cuda")
+        assert "rank 2" in str(info.value) and "rank 3" in str(info.value)
 
     run_everywhere(world, body)

@@ -1,8 +1,9 @@
 """The two ends of a weight sync, over any point-to-point channel (torch.distributed or MPI).
 
 Trainer: ``WeightSender.push(shards, version)`` copies the local shards into flat send buffers
-(so training may change the parameters as soon as it returns), posts every send and returns;
-the next ``push`` (or ``wait``) first waits for those sends. Generator: ``WeightReceiver.start``
+(so training may change the parameters as soon as it returns; ``copy=False`` skips the copy
+for whole-row pieces), posts every send and returns; the next ``push`` (or ``wait``) first
+waits for those sends. Generator: ``WeightReceiver.start``
 posts every receive into staging buffers and returns; the engine keeps generating; ``ready()``
 says, without blocking, whether everything is in; ``finish()`` waits for the rest and returns
 ``[(name, tensor)]`` for the engine's ``load_weights``.
@@ -18,7 +19,7 @@ from typing import Any, Iterable, Protocol
 import torch
 
 from .plan import (LocalShard, Message, TransferPlan, box_shape, byte_view, dest_index, layout,
-                   pack, to_dtype, typed_view, unpack)
+                   pack, shard_slice, to_dtype, typed_view, unpack)
 
 
 class Channel(Protocol):
@@ -49,15 +50,26 @@ class SyncStats:
 
 
 class WeightSender:
-    """Trainer end. ``push`` is non-blocking apart from the packing copy; one push in flight."""
+    """Trainer end: one push in flight at a time.
 
-    def __init__(self, plan: TransferPlan, channel: Channel):
-        self.plan, self.channel = plan, channel
+    ``copy=True``: ``push`` copies every piece into flat send buffers first (one copy of the
+    local shards), so training may change the parameters as soon as it returns. ``copy=False``:
+    pieces that are whole rows of a local shard are sent straight from the parameter's memory
+    and only small pieces are packed; the caller must ``wait()`` before changing the parameters
+    (``guard(optimizer)`` makes ``optimizer.step()`` do it), so the transfer overlaps the next
+    forward and backward and no copy of the shards is kept. On CPU, where a memory copy costs
+    about as much as a loopback transfer, this is the fast mode.
+    """
+
+    def __init__(self, plan: TransferPlan, channel: Channel, *, copy: bool = True):
+        self.plan, self.channel, self.copy = plan, channel, copy
         self.rank = channel.rank
         if self.rank not in plan.trainers:
             raise ValueError(f"rank {self.rank} is not a trainer of this plan {plan.trainers}")
         self._msgs = plan.sends(self.rank)
-        self._offs, self._total = layout(m.nbytes for m in self._msgs)
+        self._inplace = [not copy and self._whole_rows(m) for m in self._msgs]
+        self._offs, self._total = layout(0 if inp else m.nbytes
+                                         for m, inp in zip(self._msgs, self._inplace))
         self._arena: torch.Tensor | None = None  # allocated at the first push, on the shards' device
         self._handles: list[Any] = []
         self._t0 = 0.0
@@ -72,13 +84,35 @@ class WeightSender:
             self._arena = torch.empty(self._total, dtype=torch.uint8, device=device)
         t0 = time.perf_counter()
         handles = []
-        for msg, off in zip(self._msgs, self._offs):
-            flat = self._arena[off:off + msg.nbytes]
-            pack(msg, flat, by_name)  # pipelined: earlier messages are on the wire meanwhile
+        for msg, off, inplace in zip(self._msgs, self._offs, self._inplace):
+            if inplace:
+                pc = msg.pieces[0]
+                s = by_name[pc.name]
+                flat = byte_view(shard_slice(s.tensor, s.offset, pc.box).contiguous())
+            else:
+                flat = self._arena[off:off + msg.nbytes]
+                pack(msg, flat, by_name)  # pipelined: earlier messages are on the wire meanwhile
             handles += [self.channel.isend(flat, dst, msg.tag) for dst in msg.dsts]
         self._handles, self._t0 = handles, t0
         self.stats = SyncStats(version, self.plan.nbytes_from(self.rank), len(handles),
                                post_s=time.perf_counter() - t0)
+
+    def guard(self, optimizer: torch.optim.Optimizer):
+        """Make ``optimizer.step()`` first wait for the sends in flight (what ``copy=False`` needs).
+
+        Returns the hook handle (``.remove()`` undoes it).
+        """
+        def wait_for_sends(*_):
+            self.wait()
+
+        return optimizer.register_step_pre_hook(wait_for_sends)
+
+    def _whole_rows(self, msg: Message) -> bool:
+        """One piece covering whole rows of the parameter: contiguous in the local shard."""
+        if len(msg.pieces) != 1:
+            return False
+        pc = msg.pieces[0]
+        return box_shape(pc.box)[1:] == self.plan.spec(pc.name).shape[1:]
 
     def progress(self) -> bool:
         """Poll the sends without blocking (drives MPI progress); True when all are done."""

@@ -54,6 +54,8 @@ class MPIChannel:
         self._tag_ub = comm.Get_attr(MPI.TAG_UB) or 32767
 
     def isend(self, buf: torch.Tensor, dst: int, tag: int) -> MPI.Request:
+        if buf.is_cuda:  # MPI does not follow CUDA streams: the bytes must be written first
+            torch.cuda.current_stream(buf.device).synchronize()
         return self.comm.Isend([self._mem(buf), MPI.BYTE], dst, self._tag(tag))
 
     def irecv(self, buf: torch.Tensor, src: int, tag: int) -> MPI.Request:
@@ -79,7 +81,7 @@ class MPIChannel:
                    else "cannot be asked whether it is")
             raise RuntimeError(
                 f"weight transport 'mpi' was asked for with CUDA tensors, but this MPI "
-                f"({MPI.Get_library_version().splitlines()[0].strip()}) is not CUDA-aware: it "
+                f"({MPI.Get_library_version().split(',')[0].strip()}) is not CUDA-aware: it "
                 f"{why}. Use the 'torch' transport (NCCL), run with a CUDA-aware MPI (e.g. Open "
                 f"MPI built --with-cuda or with UCX/CUDA), or set {_CUDA_ENV}=1 if you know "
                 f"it is.")

@@ -25,7 +25,14 @@ Box = tuple[tuple[int, int], ...]  # (start, stop) per dim, in global coordinate
 
 ALIGN = 64  # byte alignment of pieces inside flat buffers, so dtype views of them are legal
 DEFAULT_BUCKET_BYTES = 64 << 20
-DEFAULT_PACK_BELOW = 1 << 20
+# Pieces below this many bytes are packed together; larger ones travel alone, without a copy
+# on the generator. Packing trades copies for messages: on CPU a copy costs about as much as
+# sending the bytes (gloo over loopback), on GPU a copy is nearly free next to a message.
+DEFAULT_PACK_BELOW = {"cpu": 64 << 10, "cuda": 4 << 20}
+
+
+def default_pack_below(device: torch.device | str) -> int:
+    return DEFAULT_PACK_BELOW.get(torch.device(device).type, 1 << 20)
 
 
 class LocalShard(NamedTuple):
@@ -157,7 +164,7 @@ def build_plan(
     shards: dict[int, list[ShardMeta]],
     needs: dict[int, Need],
     bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-    pack_below: int = DEFAULT_PACK_BELOW,
+    pack_below: int = DEFAULT_PACK_BELOW["cpu"],
 ) -> TransferPlan:
     """The plan for trainers ``shards`` (rank -> rows held) and generators ``needs`` (rank -> Need).
 

@@ -1,0 +1,108 @@
+"""Asynchronous vs synchronous RL, side by side in one invocation: one JSON line.
+
+The same task, model, batch and step count run in three modes, one after another, each on
+the same number of compute ranks (plus the controller and a reward rank, which are
+mostly idle), with one torch thread per rank:
+
+- ``colocated_sync``: 2 colocated ranks both generate and train, data-parallel, taking
+  turns (the DeepSpeed-Chat-like baseline LlamaRL compares against);
+- ``sync``: disaggregated, 1 generator + 1 trainer, ``max_staleness: 0`` (the generator
+  waits for each new policy: no overlap);
+- ``async``: the same ranks with ``max_staleness: 1`` (LlamaRL's one-step off-policy).
+
+From the disaggregated sync run it takes the generation time ``t_gen`` and the training
+time ``t_train`` of a step; overlapping the two can at best turn ``t_gen + t_train`` into
+``max(t_gen, t_train)``: that is ``ideal_speedup``. Step times are medians over the steps
+after a warm-up. Rewards are the mean training reward of the last 10 steps.
+
+    python bench/async_vs_sync.py [--steps 40] [--out runs/bench_async]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from launch import recipe  # noqa: E402
+
+CONFIG = Path(__file__).resolve().parents[1] / "examples/arith/async.yaml"
+
+# Chosen so that generating a step's rollouts and training on them take about as long
+# on one CPU core each (as in real RL runs, where both are large).
+WORKLOAD = {
+    "rollout": {"prompts_per_step": 32, "samples_per_prompt": 8, "max_new_tokens": 6},
+    "algorithm": {"micro_batch": 256},
+}
+
+MODES = {
+    "colocated_sync": {"world": {"generator": {"ranks": 0}, "trainer": 0, "colocated": 2},
+                       "run": {"max_staleness": 0}},
+    "sync": {"run": {"max_staleness": 0}},
+    "async": {"run": {"max_staleness": 1}},
+}
+
+
+def run_mode(name: str, model_dir: Path, out: Path, steps: int, seed: int) -> list[dict]:
+    overrides = recipe._merge(
+        {"model": {"path": str(model_dir)}, "run": {"steps": steps, "seed": seed, "out": str(out / name), "progress": False}},
+        json.loads(json.dumps(WORKLOAD)),
+    )
+    overrides = recipe._merge(overrides, json.loads(json.dumps(MODES[name])))
+    cfg = recipe.write_config(CONFIG, out / name, overrides)
+    recipe.run_job(cfg, timeout_s=1800, quiet=True)
+    return recipe.read_metrics(out / name)
+
+
+def median_after_warmup(metrics: list[dict], key: str, warmup: int) -> float:
+    return statistics.median(m[key] for m in metrics[warmup:])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=5, help="steps left out of the medians")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="runs/bench_async")
+    args = parser.parse_args()
+
+    out = Path(args.out)
+    recipe.prepare_model(out / "model", seed=args.seed)
+    model_dir = out / "model" / "sft"
+    runs = {name: run_mode(name, model_dir, out, args.steps, args.seed) for name in MODES}
+
+    step = {name: median_after_warmup(m, "step_s", args.warmup) for name, m in runs.items()}
+    t_gen = median_after_warmup(runs["sync"], "generation_s", args.warmup)
+    t_train = median_after_warmup(runs["sync"], "training_s", args.warmup)
+    ideal = (t_gen + t_train) / max(t_gen, t_train)
+
+    def final_reward(m):
+        return statistics.fmean(x["reward_mean"] for x in m[-10:])
+
+    line = {
+        "bench": "async_vs_sync",
+        "steps": args.steps,
+        "colocated_sync_step_s": round(step["colocated_sync"], 4),
+        "sync_step_s": round(step["sync"], 4),
+        "async_step_s": round(step["async"], 4),
+        "t_gen": round(t_gen, 4),
+        "t_train": round(t_train, 4),
+        "ideal_speedup": round(ideal, 3),
+        "speedup": round(step["sync"] / step["async"], 3),
+        "colocated_speedup": round(step["colocated_sync"] / step["async"], 3),
+        "speedup_vs_ideal": round(step["sync"] / step["async"] / ideal, 3),
+        "async_step_over_max_phase": round(step["async"] / max(t_gen, t_train), 3),
+        "sync_reward": round(final_reward(runs["sync"]), 4),
+        "async_reward": round(final_reward(runs["async"]), 4),
+        "colocated_reward": round(final_reward(runs["colocated_sync"]), 4),
+        "async_staleness_mean": round(statistics.fmean(m["staleness_mean"] for m in runs["async"]), 3),
+    }
+    print(json.dumps(line), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""Sampling throughput of the three ways a generator can decode, side by side, in one run.
+
+vLLM (in-process ``vllm.LLM``), our torch engine (a hand-written KV-cache loop) and Hugging
+Face ``model.generate(do_sample=True)`` sample from the same locally built ~25M-parameter
+Llama (``BENCH_25M``), the same 64 prompts, 128 new tokens each. EOS is suppressed in all
+three (vLLM ``ignore_eos``, torch/HF ``min_new_tokens``) so every one produces exactly
+64 x 128 tokens; temperature 1, no top-p. One JSON line on stdout:
+
+    {"vllm_tok_s": ..., "torch_tok_s": ..., "hf_generate_tok_s": ...,
+     "vllm_over_hf": ..., "torch_over_hf": ..., "vllm_over_torch": ..., ...}
+
+Each engine is warmed up on a small batch, then timed ``--rounds`` times, the rounds
+interleaved across engines so a burst of load on a shared machine hits all of them; the
+best round counts. All three run with the same number of torch/OpenMP threads (``--threads``;
+default ``OMP_NUM_THREADS``, else all cores), set before vLLM starts (it pins the count).
+
+    python bench/generation.py [--batch 64] [--new-tokens 128] [--rounds 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from roles.engines.base import SamplingConfig  # noqa: E402
+from roles.tasks.tiny_llama import BENCH_25M, build_tiny_llama  # noqa: E402
+
+ALPHABET = "0123456789+-*/=() abcdefghijklmnopqrstuvwxyz"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--prompt-len", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", 0)) or os.cpu_count())
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # vLLM keeps this count instead of dropping to 1
+    torch.set_num_threads(args.threads)
+    B, N = args.batch, args.new_tokens
+
+    with tempfile.TemporaryDirectory(prefix="mpirl-bench-gen-") as tmp:
+        model_dir = build_tiny_llama(tmp, ALPHABET, **BENCH_25M.kwargs(), seed=args.seed)
+        runners, n_params, vllm_build_s = _runners(model_dir, args)
+        rng = np.random.default_rng(args.seed)
+        vocab = 3 + len(ALPHABET)
+        prompts = [rng.integers(3, vocab, args.prompt_len).astype(np.int32) for _ in range(B)]
+
+        for run in runners.values():  # warm-up: allocators, kernels, lazy initialisation
+            run(prompts[:4], 8)
+        best: dict[str, float] = {}
+        for _ in range(args.rounds):
+            for name, run in runners.items():
+                t0 = time.perf_counter()
+                tokens = run(prompts, N)
+                dt = time.perf_counter() - t0
+                if tokens != B * N:
+                    raise RuntimeError(f"{name} produced {tokens} tokens, expected {B * N}")
+                best[name] = max(best.get(name, 0.0), tokens / dt)
+
+    result = {
+        "bench": "generation",
+        "model": "BENCH_25M",
+        "params_m": round(n_params / 1e6, 2),
+        "batch": B,
+        "new_tokens": N,
+        "prompt_len": args.prompt_len,
+        "threads": args.threads,
+        "rounds": args.rounds,
+        "stat": "best round",
+        "vllm_tok_s": round(best["vllm"], 1),
+        "torch_tok_s": round(best["torch"], 1),
+        "hf_generate_tok_s": round(best["hf_generate"], 1),
+        "vllm_over_hf": round(best["vllm"] / best["hf_generate"], 3),
+        "torch_over_hf": round(best["torch"] / best["hf_generate"], 3),
+        "vllm_over_torch": round(best["vllm"] / best["torch"], 3),
+        "vllm_build_s": round(vllm_build_s, 1),
+        "load_avg_1m": round(os.getloadavg()[0], 2),  # > cores: the machine was shared, figures are noisy
+    }
+    print(json.dumps(result), flush=True)
+
+
+def _runners(model_dir: Path, args):
+    """name -> run(prompts, new_tokens) -> tokens produced, each with EOS suppressed."""
+    from transformers import AutoModelForCausalLM
+
+    from roles.engines.torch_engine import TorchEngine
+    from roles.engines.vllm_engine import VllmEngine
+
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    n_params = sum(p.numel() for p in model.parameters())
+    torch_engine = TorchEngine(model)  # shares the HF model's weights
+    t0 = time.perf_counter()
+    vllm = VllmEngine(
+        VllmEngine.Config(
+            model=str(model_dir), max_num_seqs=args.batch, kv_cache_gib=1.0,
+            cpu_threads=args.threads, seed=args.seed,
+        )
+    )
+    vllm_build_s = time.perf_counter() - t0
+
+    def sampling(new_tokens: int) -> SamplingConfig:
+        return SamplingConfig(temperature=1.0, top_p=1.0, max_new_tokens=new_tokens)
+
+    def run_vllm(prompts, new_tokens):
+        out = vllm.generate(prompts, n=1, sampling=sampling(new_tokens), ignore_eos=True)
+        return sum(len(g[0].response_ids) for g in out)
+
+    def run_torch(prompts, new_tokens):
+        # min_new_tokens = new_tokens: EOS banned throughout (what bench_vs_hf_generate does).
+        out = torch_engine._sample(list(prompts), sampling(new_tokens), None, new_tokens)
+        return sum(len(s.response_ids) for s in out)
+
+    def run_hf(prompts, new_tokens):
+        ids = torch.as_tensor(np.stack(prompts), dtype=torch.long)
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
+                temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens, pad_token_id=torch_engine.pad_id,
+            )
+        return (out.shape[1] - ids.shape[1]) * ids.shape[0]
+
+    return {"vllm": run_vllm, "torch": run_torch, "hf_generate": run_hf}, n_params, vllm_build_s
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,259 @@
+"""Direct shard-to-generator weight sync vs gather+broadcast vs a raw transfer, in one run.
+
+    mpirun -n 4 python bench/weight_sync.py [--sizes 25M,100M,400M] [--dtype float32]
+                                            [--bucket-mib 64] [--reps 5] [--no-mpi]
+
+Ranks 0-1 are trainers, each holding the dim-0 (FSDP2-style) shards of a synthetic
+Llama-shaped model; ranks 2-3 are generators that need the full weights. Per model size, the
+median seconds of one sync, barrier to barrier, for:
+
+- direct_s: the transfer plan over torch.distributed (gloo on CPU), as a trainer runs it with
+  ``WeightSender(copy=False)``: whole-row pieces go straight from the parameters' memory, small
+  ones are packed into flat buckets; generators receive in place (``guard(optimizer)`` makes
+  the next optimizer step wait for the sends).
+- direct_copy_s: the same plan with ``copy=True`` (the default): the trainer first copies its
+  shards into flat buckets, so it may change its parameters as soon as ``push`` returns.
+- gather_bcast_s: the baseline the plan avoids: trainer 1 sends its shards to trainer 0,
+  trainer 0 assembles the full model, then broadcasts it to the generators in buckets.
+- raw_s: the same bytes as direct (each trainer's shard to each generator) as one flat
+  isend/irecv per trainer-generator pair: no plan, no packing, no buckets. The ceiling.
+- direct_mpi_s (unless --no-mpi): the same plan over MPI buffers (mpi4py, numpy views).
+
+Repetitions alternate between the contenders so that drift on a shared machine hits all alike.
+Prints one JSON line per size on rank 0. Sizes that would not fit in memory are reported as
+skipped. GB/s are 10^9 bytes per second of payload received by the generators.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from mpi4py import MPI  # noqa: E402
+
+from transports.torch_dist import init_torch_distributed, new_group  # noqa: E402
+from transports.weights import Need, WeightReceiver, WeightSender, build_plan  # noqa: E402
+from transports.weights import MPIChannel, TorchChannel  # noqa: E402
+from transports.weights.plan import LocalShard, ShardMeta, chunk_range, layout, typed_view  # noqa: E402
+
+TRAINERS, GENERATORS = (0, 1), (2, 3)
+# name -> (hidden, layers, intermediate, vocab): Llama shapes, MHA, untied head.
+SIZES = {"25M": (256, 10, 688, 32000), "100M": (768, 7, 2048, 32000),
+         "400M": (1024, 26, 2816, 32000)}
+
+
+def llama_shapes(hidden, layers, inter, vocab):
+    out = [("model.embed_tokens.weight", (vocab, hidden))]
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        out += [(p + "self_attn.q_proj.weight", (hidden, hidden)),
+                (p + "self_attn.k_proj.weight", (hidden, hidden)),
+                (p + "self_attn.v_proj.weight", (hidden, hidden)),
+                (p + "self_attn.o_proj.weight", (hidden, hidden)),
+                (p + "mlp.gate_proj.weight", (inter, hidden)),
+                (p + "mlp.up_proj.weight", (inter, hidden)),
+                (p + "mlp.down_proj.weight", (hidden, inter)),
+                (p + "input_layernorm.weight", (hidden,)),
+                (p + "post_attention_layernorm.weight", (hidden,))]
+    return out + [("model.norm.weight", (hidden,)), ("lm_head.weight", (vocab, hidden))]
+
+
+def mem_available() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return 1 << 62
+
+
+class Bench:
+    def __init__(self, args):
+        self.comm = MPI.COMM_WORLD
+        self.rank = self.comm.Get_rank()
+        self.args = args
+        self.dtype = getattr(torch, args.dtype)
+        self.itemsize = torch.empty((), dtype=self.dtype).element_size()
+        init_torch_distributed(self.comm, backend="gloo", timeout_s=600)
+        # Collective over the whole world, in this order on every rank.
+        self.bcast_group = new_group((0,) + GENERATORS)
+        self.is_trainer = self.rank in TRAINERS
+        self.mpi_comm = self.comm.Dup()
+
+    def run_size(self, label):
+        shapes = llama_shapes(*SIZES[label])
+        n_params = sum(torch.Size(s).numel() for _, s in shapes)
+        model_bytes = n_params * self.itemsize
+        base = {"params": n_params, "size": label, "dtype": self.args.dtype}
+        # Peak on this node, in model copies: trainer 0 holds its half, a half of send buckets,
+        # the other half and the full model (2.5); trainer 1 its half and buckets (1); each
+        # generator a staging copy and a flat full copy (2 each).
+        need = 7.5 * model_bytes
+        avail = self.comm.bcast(mem_available() if self.rank == 0 else None, root=0)
+        if need > 0.85 * avail:
+            return {**base, "skipped": f"needs about {need / 2**30:.1f} GiB on this node, "
+                                       f"{avail / 2**30:.1f} GiB available"}
+
+        # Trainer t holds rows chunk_range(rows, 2, t) of every parameter (FSDP2's split).
+        meta = {t: [ShardMeta(n, s, self.args.dtype, *chunk_range(s[0], 2, t)) for n, s in shapes]
+                for t in TRAINERS}
+        bucket = self.args.bucket_mib << 20
+        plan = build_plan(meta, {g: Need() for g in GENERATORS}, bucket_bytes=bucket)
+        full_offs, full_total = layout(torch.Size(s).numel() * self.itemsize for _, s in shapes)
+        shard_bytes = [plan.nbytes_from(tr) // len(GENERATORS) for tr in TRAINERS]
+
+        if self.is_trainer:  # each trainer's shards live in one flat buffer (raw sends it whole)
+            t = TRAINERS.index(self.rank)
+            flats = []
+            for tr in TRAINERS:
+                rows = [chunk_range(s[0], 2, tr) for _, s in shapes]
+                offs, total = layout((b - a) * torch.Size(s[1:]).numel() * self.itemsize
+                                     for (a, b), (_, s) in zip(rows, shapes))
+                flats.append((rows, offs, total))
+            rows, offs, total = flats[t]
+            local_flat = torch.empty(total, dtype=torch.uint8)
+            shards = []
+            for i, ((name, shape), (a, b), off) in enumerate(zip(shapes, rows, offs)):
+                view = typed_view(local_flat, off, self.dtype, (b - a,) + tuple(shape[1:]))
+                view.fill_(float(2 * i + t))  # checked on arrival
+                shards.append(LocalShard(name, view, shape, a))
+            full = torch.empty(full_total, dtype=torch.uint8) if self.rank == 0 else None
+            other = torch.empty(flats[1][2], dtype=torch.uint8) if self.rank == 0 else None
+        else:
+            full = torch.empty(full_total, dtype=torch.uint8)
+        version = [0]
+
+        def direct(ep):
+            version[0] += 1
+            if self.is_trainer:
+                ep.push(shards, version[0])
+                ep.wait()
+            else:
+                ep.start(version[0])
+                self.check(dict(ep.finish()), shapes)
+
+        def gather_bcast():
+            if self.rank == 1:
+                dist.send(local_flat, dst=0)
+            elif self.rank == 0:
+                dist.recv(other, src=1)
+                for i, (name, shape) in enumerate(shapes):  # assemble the full model
+                    dst = typed_view(full, full_offs[i], self.dtype, shape)
+                    for tr, flat in enumerate((local_flat, other)):
+                        (a, b), off = flats[tr][0][i], flats[tr][1][i]
+                        dst[a:b].copy_(typed_view(flat, off, self.dtype, (b - a,) + tuple(shape[1:])))
+            if self.rank in (0,) + GENERATORS:
+                works = [dist.broadcast(full[i:i + bucket], src=0, group=self.bcast_group,
+                                        async_op=True) for i in range(0, full_total, bucket)]
+                for w in works:
+                    w.wait()
+
+        def raw():
+            if self.is_trainer:
+                flat = local_flat[:shard_bytes[TRAINERS.index(self.rank)]]
+                works = [dist.isend(flat, dst=g) for g in GENERATORS]
+            else:
+                works = [dist.irecv(full[:shard_bytes[0]], src=0),
+                         dist.irecv(full[shard_bytes[0]:sum(shard_bytes)], src=1)]
+            for w in works:
+                w.wait()
+
+        def endpoint(channel, copy=True):
+            if self.is_trainer:
+                return WeightSender(plan, channel, copy=copy)
+            return WeightReceiver(plan, channel)
+
+        ep, ep_copy = endpoint(TorchChannel(), copy=False), endpoint(TorchChannel())
+        if not self.is_trainer:
+            ep_copy = ep  # a receiver does not care how the trainer sends
+        times = self.timed({"direct_s": lambda: direct(ep),
+                            "direct_copy_s": lambda: direct(ep_copy),
+                            "gather_bcast_s": gather_bcast, "raw_s": raw})
+        post = self.comm.gather(ep_copy.stats.post_s if self.is_trainer else 0.0, root=0)
+        stall = self.comm.gather(0.0 if self.is_trainer else ep.stats.stall_s, root=0)
+        del ep, ep_copy
+        gc.collect()
+        if self.args.mpi:  # after the others, to keep one staging copy in memory at a time
+            ep_mpi = endpoint(MPIChannel(self.mpi_comm), copy=False)
+            times.update(self.timed({"direct_mpi_s": lambda: direct(ep_mpi)}))
+            del ep_mpi
+
+        med = {k: statistics.median(v) for k, v in times.items()}
+        recv_bytes = plan.nbytes_to(GENERATORS[0]) * len(GENERATORS)
+        out = {**base, **{k: round(v, 4) for k, v in med.items()},
+               "raw_bw_ratio": round(med["raw_s"] / med["direct_s"], 3),
+               "raw_bw_ratio_copy": round(med["raw_s"] / med["direct_copy_s"], 3),
+               "speedup_vs_gather_bcast": round(med["gather_bcast_s"] / med["direct_s"], 3),
+               "direct_gbps": round(recv_bytes / med["direct_s"] / 1e9, 3),
+               "raw_gbps": round(recv_bytes / med["raw_s"] / 1e9, 3)}
+        if "direct_mpi_s" in med:
+            out["direct_mpi_gbps"] = round(recv_bytes / med["direct_mpi_s"] / 1e9, 3)
+        if self.rank == 0:
+            out.update({"copy_mode_pack_post_s": round(max(post), 4),
+                        "generator_stall_s": round(max(stall), 4),
+                        "bytes_per_sync": recv_bytes, "bucket_mib": self.args.bucket_mib,
+                        "messages_per_trainer": len(plan.sends(0)), "reps": self.args.reps})
+        return out
+
+    def timed(self, contenders):
+        """Seconds per call of each contender, barrier to barrier; rounds alternate contenders."""
+        times = {k: [] for k in contenders}
+        for rep in range(self.args.reps + 1):  # the first round warms up and is dropped
+            for key, fn in contenders.items():
+                self.comm.Barrier()
+                t0 = time.perf_counter()
+                fn()
+                self.comm.Barrier()
+                if rep:
+                    times[key].append(time.perf_counter() - t0)
+        # every rank saw the same barriers; rank 0's clock decides
+        return self.comm.bcast(times, root=0)
+
+    def check(self, out, shapes):
+        """The received rows carry the value the trainer that owns them wrote."""
+        for i, (name, shape) in enumerate(shapes):
+            t = out[name]
+            for tr in TRAINERS:
+                a, b = chunk_range(shape[0], 2, tr)
+                if a < b and not (float(t[a].reshape(-1)[0]) == float(t[b - 1].reshape(-1)[-1])
+                                  == float(2 * i + tr)):
+                    raise AssertionError(f"{name}: rows [{a},{b}) did not come from trainer {tr}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", default="25M,100M,400M", help=f"comma list of {list(SIZES)}")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    ap.add_argument("--bucket-mib", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--no-mpi", dest="mpi", action="store_false",
+                    help="skip the MPI-buffer transport")
+    args = ap.parse_args()
+    comm = MPI.COMM_WORLD
+    if comm.Get_size() != 4:
+        if comm.Get_rank() == 0:
+            print("bench/weight_sync.py needs 4 ranks (2 trainers, 2 generators): "
+                  "mpirun -n 4 python bench/weight_sync.py", file=sys.stderr)
+        sys.exit(2)
+    torch.set_num_threads(1)
+    bench = Bench(args)
+    for label in args.sizes.split(","):
+        out = bench.run_size(label.strip())
+        if bench.rank == 0:
+            print(json.dumps(out), flush=True)
+        gc.collect()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+"""vLLM as a generation engine: an in-process ``vllm.LLM`` behind the ``Engine`` contract.
+
+Three things make vLLM usable as an RL generator rather than a server:
+
+- Behaviour log-probs. vLLM's default (``logprobs_mode="raw_logprobs"``) reports log-probs of
+  the raw logits, before temperature and top-p. AIPO's mu must be the distribution the token
+  was actually drawn from, so the engine asks for ``"processed_logprobs"``: log_softmax of the
+  logits after temperature and top-p (tokens outside the nucleus get -inf and the rest are
+  renormalised). With ``top_p=1`` this is ``log_softmax(logits / temperature)``, the same
+  quantity the trainer computes.
+- Weight updates in place. On CPU, vLLM repacks every linear weight for oneDNN after loading
+  and leaves an empty ``layer.weight`` behind, so ``model.load_weights`` on the live model
+  fails (or, on GPU with quantisation, would skip the repacking). vLLM's own in-place reload
+  (the worker's ``reload_weights``, layer-wise: restore the checkpoint-format parameters, load,
+  re-run ``process_weights_after_loading``, copy back into the original storage) is the
+  supported path; it takes Hugging Face names (q_proj, k_proj, v_proj, gate_proj, ...) and
+  fuses them itself.
+- No stale cache. Prefix caching keeps KV blocks of shared prompt prefixes across batches;
+  after new weights those blocks are wrong, so every update resets the prefix cache.
+
+The engine lives in the generator's process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): no engine
+subprocess to orphan when MPI aborts the job, and weights pass by reference, not over a socket.
+Side effects on that process (vLLM's, documented here because they are global): building the
+engine seeds Python's, NumPy's and torch's global RNGs with ``Config.seed``; on the CPU
+backend it also drops torch to one intra-op thread unless ``OMP_NUM_THREADS`` is set, and
+replaces ``torch.set_num_threads`` with a no-op for the rest of the process.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+import torch
+
+from roles.engines.base import Sample, SamplingConfig
+
+_GiB = 1 << 30
+
+
+class VllmEngine:
+    """An in-process ``vllm.LLM`` that samples with behaviour log-probs and takes new weights in place."""
+
+    @dataclass
+    class Config:
+        model: str  # folder with a Hugging Face causal LM (config.json, *.safetensors, tokenizer)
+        dtype: str = "float32"  # weights and activations; float32 on CPU (exact log-probs), bfloat16 on GPUs
+        tensor_parallel_size: int = 1  # GPUs one engine spans (vLLM shards heads/MLP); 1 on CPU
+        gpu_memory_utilization: float = 0.5  # GPU: share of device memory for weights + activations + KV cache
+        kv_cache_gib: float | None = None  # KV cache size; None: GPU derives it from the share above, CPU takes 1 GiB
+        max_model_len: int | None = None  # longest prompt + response; None = the model's max_position_embeddings
+        max_num_seqs: int = 256  # sequences decoded together in one step (the batch vLLM schedules)
+        block_size: int | None = None  # KV cache page in tokens; None = vLLM's (CPU 128, GPU 16); prefixes are cached per full page
+        enable_prefix_caching: bool = True  # reuse KV of shared prompt prefixes (n samples of one prompt); reset on every update
+        enforce_eager: bool | None = None  # None: eager on CPU (no compile, fast start), CUDA graphs on GPU
+        seed: int = 0  # engine seed (vLLM also seeds the process's global RNGs with it)
+        cpu_threads: int | None = None  # CPU: torch/OpenMP threads for this process; None = OMP_NUM_THREADS, else vLLM's 1
+        extra: dict[str, Any] = field(default_factory=dict)  # any other vllm.LLM keyword argument, passed as is
+
+    def __init__(self, config: VllmEngine.Config):
+        self.config = config
+        self.last_update_s: float | None = None  # wall time of the latest load_weights (reload + cache reset)
+        self.updates = 0  # load_weights calls so far
+        self._llm = _build_llm(config)
+        self._param_names = _checkpoint_names(config.model)
+
+    @classmethod
+    def from_role_map(cls, cfg, seed: int = 0) -> "VllmEngine":
+        """The engine a role map's generator section asks for (``world.generator.engine: vllm``)."""
+        g = cfg.world.generator
+        batch = cfg.generator_batch_prompts() * cfg.rollout.samples_per_prompt
+        return cls(
+            cls.Config(
+                model=cfg.model.path,
+                dtype=cfg.model.dtype,
+                tensor_parallel_size=g.tensor_parallel,
+                gpu_memory_utilization=g.gpu_memory_utilization,
+                max_num_seqs=max(batch, 1),
+                seed=seed,
+            )
+        )
+
+    @property
+    def llm(self):
+        """The underlying ``vllm.LLM`` (for benchmarks and debugging)."""
+        return self._llm
+
+    # ------------------------------------------------------------------ Engine
+
+    def generate(
+        self, prompts: list[np.ndarray], n: int, sampling: SamplingConfig, ignore_eos: bool = False
+    ) -> list[list[Sample]]:
+        """Sample ``n`` responses per prompt; ``ignore_eos`` (benchmarks) always runs to ``max_new_tokens``."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if not prompts:
+            return []
+        params = []
+        for i in range(len(prompts)):
+            params.append(
+                SamplingParams(
+                    n=n,
+                    temperature=sampling.temperature,
+                    top_p=sampling.top_p,
+                    max_tokens=sampling.max_new_tokens,
+                    ignore_eos=ignore_eos,
+                    logprobs=0,  # just the sampled token's log-prob (processed: see module doc)
+                    flat_logprobs=True,  # a few flat lists per sample instead of a dict per token
+                    detokenize=False,  # token ids are all we return
+                    # vLLM gives sample j of a request seed + j: spread prompts so none repeat.
+                    seed=None if sampling.seed is None else sampling.seed + i * n,
+                )
+            )
+        inputs = [TokensPrompt(prompt_token_ids=np.asarray(p).astype(np.int64).tolist()) for p in prompts]
+        outputs = self._llm.generate(inputs, params, use_tqdm=False)
+        return [[_sample(c) for c in sorted(out.outputs, key=lambda c: c.index)] for out in outputs]
+
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Replace every weight in place (Hugging Face names), then drop the prefix cache.
+
+        All of the model's parameters must come in one call (the checkpoint's names): vLLM
+        fuses q/k/v and gate/up per layer, and a layer given only some of its parts would be
+        rebuilt with uninitialised memory for the rest. A missing or unknown name raises
+        before anything is touched. Tensors may live on any device; they are copied.
+        """
+        t0 = time.perf_counter()
+        named = list(named_tensors)  # references only; lets us check names before touching vLLM
+        names = {n for n, _ in named}
+        missing, unknown = self._param_names - names, names - self._param_names
+        if missing or unknown or len(names) != len(named):
+            raise ValueError(
+                "load_weights needs each of the checkpoint's parameters exactly once: "
+                f"missing {sorted(missing)[:5]}{'...' if len(missing) > 5 else ''}, "
+                f"unknown {sorted(unknown)[:5]}{'...' if len(unknown) > 5 else ''}, "
+                f"{len(named) - len(names)} duplicated"
+            )
+        self._llm.collective_rpc(
+            "reload_weights", kwargs={"weights_iterator": iter(named), "is_checkpoint_format": True}
+        )
+        if not self._llm.reset_prefix_cache():
+            raise RuntimeError("vLLM refused to reset its prefix cache (requests still running?)")
+        self.last_update_s = time.perf_counter() - t0
+        self.updates += 1
+
+
+# ---------------------------------------------------------------------- helpers
+
+
+def _sample(c) -> Sample:
+    ids = np.asarray(c.token_ids, dtype=np.int32)
+    flat = c.logprobs  # FlatLogprobs: position i's entries start at start_indices[i], sampled token first
+    starts = np.asarray(flat.start_indices, dtype=np.int64)
+    lp = np.asarray(flat.logprobs, dtype=np.float32)[starts] if len(ids) else np.zeros(0, np.float32)
+    if len(lp) != len(ids) or (len(ids) and np.any(np.asarray(flat.token_ids)[starts] != ids)):
+        raise RuntimeError("vLLM returned log-probs that do not line up with the sampled tokens")
+    reason = c.finish_reason
+    if reason not in ("stop", "length"):
+        raise RuntimeError(f"vLLM finished a sample with {reason!r} (aborted request?)")
+    return Sample(response_ids=ids, logprobs=lp, finish_reason=reason)
+
+
+def _checkpoint_names(model: str) -> set[str]:
+    """Parameter names the checkpoint holds (Hugging Face names, as load_weights expects them)."""
+    from safetensors import safe_open
+
+    names: set[str] = set()
+    for f in sorted(Path(model).glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as st:
+            names.update(st.keys())
+    if not names:
+        raise FileNotFoundError(f"no *.safetensors weights in {model!r}")
+    return names
+
+
+def _build_llm(config: VllmEngine.Config):
+    # In-process engine core: must be set before vLLM reads its environment.
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    if config.cpu_threads is not None:
+        # vLLM keeps torch's thread count when OMP_NUM_THREADS is set (else it drops to 1), and
+        # its CPU worker then blocks torch.set_num_threads: set both before it starts.
+        os.environ["OMP_NUM_THREADS"] = str(config.cpu_threads)
+        torch.set_num_threads(config.cpu_threads)
+
+    from vllm import LLM
+    from vllm.platforms import current_platform
+
+    on_cpu = current_platform.is_cpu()
+    kv_gib = config.kv_cache_gib
+    if kv_gib is None and on_cpu and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+        # Without an explicit size vLLM's CPU backend reserves gpu_memory_utilization of *host*
+        # memory and refuses to start when that much is not free.
+        kv_gib = 1.0
+    kwargs: dict[str, Any] = dict(
+        model=config.model,
+        dtype=config.dtype,
+        tensor_parallel_size=config.tensor_parallel_size,
+        gpu_memory_utilization=config.gpu_memory_utilization,
+        max_model_len=config.max_model_len,
+        max_num_seqs=config.max_num_seqs,
+        enable_prefix_caching=config.enable_prefix_caching,
+        enforce_eager=on_cpu if config.enforce_eager is None else config.enforce_eager,
+        seed=config.seed,
+        logprobs_mode="processed_logprobs",  # mu after temperature/top-p: see module doc
+        max_logprobs=1,  # only the sampled token's log-prob is ever asked for
+        disable_log_stats=True,
+    )
+    if kv_gib is not None:
+        kwargs["kv_cache_memory_bytes"] = int(kv_gib * _GiB)
+    if config.block_size is not None:
+        kwargs["block_size"] = config.block_size
+    kwargs.update(config.extra)
+    return LLM(**kwargs)

@@ -1,0 +1,68 @@
+"""The learner's log pi of response tokens: one right-padded forward pass over prompt+response.
+
+Same arithmetic as the engines' behaviour log-probs (``log_softmax(logits / temperature)``,
+float32), so that with equal weights pi/mu is 1 up to rounding and AIPO's ratio measures
+only policy lag, not a mismatch in how the two sides compute probabilities.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+
+def response_logprobs(
+    model: torch.nn.Module,
+    prompt_ids_list: Sequence,
+    response_ids_list: Sequence,
+    temperature: float = 1.0,
+    pad_id: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log pi(response token | prompt, earlier response tokens) for a batch of sequences.
+
+    Returns ``(logprobs, mask)``, both ``[B, T]`` with ``T`` the longest response:
+    float32 log-probs (0 on padding) that carry the graph when grad is enabled, and a bool
+    mask of real response tokens. ``pad_id`` defaults to the model config's pad (or 0); pads
+    sit only after each sequence and under a 0 in the attention mask.
+    """
+    if temperature <= 0:
+        raise ValueError("temperature must be > 0")
+    if len(prompt_ids_list) != len(response_ids_list):
+        raise ValueError("need one response per prompt")
+    device = next(model.parameters()).device
+    prompts = [torch.as_tensor(p, dtype=torch.long).reshape(-1) for p in prompt_ids_list]
+    responses = [torch.as_tensor(r, dtype=torch.long).reshape(-1) for r in response_ids_list]
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token (the first response token is predicted from it)")
+    if pad_id is None:
+        pad_id = getattr(model.config, "pad_token_id", None) or 0
+    B = len(prompts)
+    T = max((len(r) for r in responses), default=0)
+    if B == 0 or T == 0:
+        return torch.zeros((B, T), device=device), torch.zeros((B, T), dtype=torch.bool, device=device)
+
+    width = max(len(p) + len(r) for p, r in zip(prompts, responses))
+    ids = torch.full((B, width), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, width), dtype=torch.long)
+    targets = torch.full((B, T), pad_id, dtype=torch.long)
+    mask = torch.zeros((B, T), dtype=torch.bool)
+    # where[i, t]: the position whose logits predict response token t of row i
+    where = torch.zeros((B, T), dtype=torch.long)
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        ids[i, : len(p) + len(r)] = torch.cat([p, r])
+        attn[i, : len(p) + len(r)] = 1
+        targets[i, : len(r)] = r
+        mask[i, : len(r)] = True
+        where[i] = len(p) - 1 + torch.arange(T).clamp(max=max(len(r) - 1, 0))
+    # Only positions from the shortest prompt on predict response tokens: skip the rest of the
+    # lm_head, which is most of the memory for a large vocabulary.
+    first = min(len(p) for p in prompts) - 1
+    ids, attn, where = ids.to(device), attn.to(device), (where - first).to(device)
+    targets, mask = targets.to(device), mask.to(device)
+
+    logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=width - first).logits
+    logits = logits.gather(1, where[..., None].expand(-1, -1, logits.shape[-1]))
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    logp = logp.gather(-1, targets[..., None]).squeeze(-1)
+    return logp.masked_fill(~mask, 0.0), mask

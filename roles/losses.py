@@ -1,0 +1,112 @@
+"""Policy-gradient losses on per-token log-probs: AIPO (the default) and GRPO (PPO-clipped).
+
+Shapes: ``logp``, ``old_logp``, ``mask`` are ``[B, T]`` (one row per response, right-padded);
+``advantages`` is ``[B]`` (one per response, broadcast over its tokens) or ``[B, T]``.
+``old_logp`` is the behaviour policy mu that sampled the tokens (the engines' log-probs).
+Both losses average over the valid tokens of the whole batch (padding excluded), so a long
+response weighs by its length, as in the LlamaRL paper. Metrics are detached 0-dim tensors
+(no device sync until the caller asks for ``.item()``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class LossConfig:
+    name: str = "aipo"  # "aipo" or "grpo"
+    rho: float = 4.0  # AIPO: upper clip of the importance weight pi/mu (paper: 2..10)
+    clip_eps: float = 0.2  # GRPO: ratio kept in [1 - eps, 1 + eps]
+    kl_coef: float = 0.0  # GRPO: weight of the k3 KL to a reference policy (0 = none)
+
+
+def _prepare(logp, old_logp, advantages, mask):
+    mask = mask.to(torch.bool)
+    if advantages.dim() == 1:
+        advantages = advantages[:, None]
+    advantages = advantages.to(logp.dtype).expand_as(logp)
+    n_tokens = mask.sum().clamp(min=1)
+    return mask, advantages, n_tokens
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor, n_tokens: torch.Tensor) -> torch.Tensor:
+    # where(), not x * mask: a NaN or inf on a padding slot must not leak into the sum.
+    return torch.where(mask, x, torch.zeros_like(x)).sum() / n_tokens
+
+
+def aipo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    rho: float = 4.0,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """AIPO: ``-mean_tokens( min(pi/mu, rho) * A * log pi )`` with the weight held constant.
+
+    The weight is clipped from above only (a stale token whose ratio fell below 1 keeps its
+    small weight; one whose ratio blew up is capped at rho) and is detached, so the gradient
+    is ``weight * A * grad log pi`` exactly as in the paper's estimator.
+    """
+    mask, adv, n = _prepare(logp, old_logp, advantages, mask)
+    log_ratio = torch.where(mask, logp.detach() - old_logp, torch.zeros_like(logp))
+    ratio = log_ratio.exp()
+    weight = ratio.clamp(max=rho)
+    loss = -_masked_mean(weight * adv * logp, mask, n)
+    with torch.no_grad():
+        metrics = {
+            "loss": loss.detach(),
+            "ratio_mean": _masked_mean(ratio, mask, n),
+            "ratio_max": torch.where(mask, ratio, torch.zeros_like(ratio)).max(),
+            "clip_frac": _masked_mean((ratio > rho).to(logp.dtype), mask, n),
+            # k1 estimate of KL(mu || pi) on the sampled tokens: how far the learner has moved
+            "kl_mu_pi": _masked_mean(-log_ratio, mask, n),
+            "n_tokens": n.detach(),
+        }
+    return loss, metrics
+
+
+def grpo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    clip_eps: float = 0.2,
+    kl_coef: float = 0.0,
+    ref_logp: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO-clipped surrogate ``-min(r A, clip(r, 1-eps, 1+eps) A)`` plus ``kl_coef * k3 KL``.
+
+    k3 (Schulman's unbiased, always-positive estimator of KL(pi || ref) from samples of pi):
+    ``exp(ref - logp) - (ref - logp) - 1``.
+    """
+    if kl_coef and ref_logp is None:
+        raise ValueError("grpo_loss: kl_coef > 0 needs ref_logp")
+    mask, adv, n = _prepare(logp, old_logp, advantages, mask)
+    log_ratio = torch.where(mask, logp - old_logp, torch.zeros_like(logp))
+    ratio = log_ratio.exp()
+    surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - clip_eps, 1 + clip_eps) * adv)
+    pg_loss = -_masked_mean(surrogate, mask, n)
+    loss = pg_loss
+    metrics = {}
+    if ref_logp is not None:
+        d = torch.where(mask, ref_logp - logp, torch.zeros_like(logp))
+        kl = _masked_mean(d.exp() - d - 1, mask, n)
+        if kl_coef:
+            loss = loss + kl_coef * kl
+        metrics["kl_ref"] = kl.detach()
+    with torch.no_grad():
+        r = ratio.detach()
+        clipped = ((r < 1 - clip_eps) & (adv < 0)) | ((r > 1 + clip_eps) & (adv > 0))
+        metrics.update(
+            loss=loss.detach(),
+            pg_loss=pg_loss.detach(),
+            ratio_mean=_masked_mean(r, mask, n),
+            ratio_max=torch.where(mask, r, torch.zeros_like(r)).max(),
+            # tokens whose gradient the clip switched off
+            clip_frac=_masked_mean(clipped.to(logp.dtype), mask, n),
+            n_tokens=n.detach(),
+        )
+    return loss, metrics

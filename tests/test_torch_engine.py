@@ -1,0 +1,140 @@
+import inspect
+import math
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from roles.engines.base import Engine, SamplingConfig
+from roles.engines.torch_engine import TorchEngine, _pick
+from roles.logprobs import response_logprobs
+from roles.tasks.arith import ALPHABET, ArithTask
+from roles.tasks.tiny_llama import TINY, build_tiny_llama
+
+torch.set_num_threads(1)
+EOS = 2
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("engine")
+    return (
+        build_tiny_llama(root / "a", ALPHABET, seed=0, **TINY.kwargs()),
+        build_tiny_llama(root / "b", ALPHABET, seed=1, **TINY.kwargs()),
+    )
+
+
+@pytest.fixture(scope="module")
+def prompts(model_dirs):
+    task = ArithTask(model_dirs[0])
+    # lengths 5, 6 and 7 tokens: left padding differs per row
+    return [task.encode_prompt(t) for t in ("1+2=", "13+15=", "7+19=", "0+0=")]
+
+
+def _flat(out):
+    return [s for group in out for s in group]
+
+
+def test_meets_the_engine_protocol():
+    # Engine is a plain (not runtime-checkable) Protocol: compare the method signatures.
+    for name in ("generate", "load_weights"):
+        ours = inspect.signature(getattr(TorchEngine, name)).parameters
+        theirs = inspect.signature(getattr(Engine, name)).parameters
+        assert list(ours) == list(theirs), name
+
+
+def test_shapes_finish_reasons_and_eos(model_dirs, prompts):
+    engine = TorchEngine(model_dirs[0])
+    out = engine.generate(prompts, 8, SamplingConfig(max_new_tokens=6, seed=0))
+    assert len(out) == len(prompts) and all(len(g) == 8 for g in out)
+    reasons = set()
+    for s in _flat(out):
+        assert s.response_ids.dtype == np.int32 and s.logprobs.dtype == np.float32
+        assert len(s.response_ids) == len(s.logprobs) >= 1
+        assert np.all(s.logprobs <= 0) and np.all(np.isfinite(s.logprobs))
+        eos_at = np.flatnonzero(s.response_ids == EOS)
+        if s.finish_reason == "stop":
+            assert eos_at.tolist() == [len(s.response_ids) - 1]  # stops right at its EOS
+        else:
+            assert s.finish_reason == "length" and len(s.response_ids) == 6 and eos_at.size == 0
+        reasons.add(s.finish_reason)
+    assert reasons == {"stop", "length"}  # a random 15-token model hits EOS often in 6 steps
+
+
+def test_seed_makes_sampling_reproducible(model_dirs, prompts):
+    engine = TorchEngine(model_dirs[0])
+    cfg = SamplingConfig(max_new_tokens=6, seed=7)
+    a, b = _flat(engine.generate(prompts, 4, cfg)), _flat(engine.generate(prompts, 4, cfg))
+    assert all(np.array_equal(x.response_ids, y.response_ids) for x, y in zip(a, b))
+    c = _flat(engine.generate(prompts, 4, SamplingConfig(max_new_tokens=6, seed=8)))
+    assert not all(np.array_equal(x.response_ids, y.response_ids) for x, y in zip(a, c))
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_behaviour_logprobs_equal_trainer_logprobs(model_dirs, prompts, temperature):
+    engine = TorchEngine(model_dirs[0])
+    out = _flat(engine.generate(prompts, 6, SamplingConfig(temperature, 1.0, 8, seed=1)))
+    model = AutoModelForCausalLM.from_pretrained(model_dirs[0])  # a separate copy of the weights
+    lp, mask = response_logprobs(
+        model, [p for p in prompts for _ in range(6)], [s.response_ids for s in out], temperature
+    )
+    assert lp.dtype == torch.float32 and mask.shape == lp.shape
+    assert mask.sum().item() == sum(len(s.response_ids) for s in out)
+    mu = torch.zeros_like(lp)
+    for i, s in enumerate(out):
+        mu[i, : len(s.logprobs)] = torch.from_numpy(s.logprobs)
+    assert (lp - mu).abs().max().item() < 1e-4
+    # the check is not vacuous: another temperature gives different numbers
+    lp_other, _ = response_logprobs(
+        model, [p for p in prompts for _ in range(6)], [s.response_ids for s in out], temperature + 0.5
+    )
+    assert (lp_other - mu).abs().max().item() > 1e-2
+
+
+def test_top_p_renormalises_over_the_nucleus():
+    probs = torch.tensor([0.5, 0.3, 0.15, 0.05])
+    logits = probs.log().repeat(4000, 1)
+    # top_p 0.7: token 1 joins (mass before it 0.5 < 0.7), token 2 does not (0.8 >= 0.7)
+    tok, lp = _pick(logits, SamplingConfig(top_p=0.7), None, torch.Generator().manual_seed(0))
+    assert set(tok.tolist()) == {0, 1}
+    torch.testing.assert_close(lp[tok == 0], torch.full_like(lp[tok == 0], math.log(0.5 / 0.8)))
+    torch.testing.assert_close(lp[tok == 1], torch.full_like(lp[tok == 1], math.log(0.3 / 0.8)))
+    assert abs((tok == 0).float().mean().item() - 0.625) < 0.03
+    # temperature is applied before the nucleus: T=2 flattens, so three tokens are needed
+    tok, lp = _pick(logits, SamplingConfig(temperature=2.0, top_p=0.7), None, torch.Generator().manual_seed(0))
+    p2 = probs.sqrt() / probs.sqrt().sum()
+    assert set(tok.tolist()) == {0, 1, 2}
+    want = (p2[:3] / p2[:3].sum()).log()
+    torch.testing.assert_close(lp, want[tok])
+
+
+def test_load_weights_in_place(model_dirs, prompts):
+    cfg = SamplingConfig(max_new_tokens=6, seed=3)
+    engine = TorchEngine(model_dirs[0])
+    reference = _flat(TorchEngine(model_dirs[1]).generate(prompts, 4, cfg))
+    before = _flat(engine.generate(prompts, 4, cfg))
+    param = engine.model.model.embed_tokens.weight
+    ptr = param.data_ptr()
+    source = AutoModelForCausalLM.from_pretrained(model_dirs[1])
+    engine.load_weights(source.named_parameters())
+    assert param.data_ptr() == ptr  # same storage: updated in place, not rebuilt
+    after = _flat(engine.generate(prompts, 4, cfg))
+    for x, y in zip(after, reference):
+        assert np.array_equal(x.response_ids, y.response_ids)
+        np.testing.assert_allclose(x.logprobs, y.logprobs, atol=1e-6)
+    assert any(not np.array_equal(x.response_ids, y.response_ids) for x, y in zip(before, after))
+
+
+def test_load_weights_names_the_bad_tensor(model_dirs):
+    engine = TorchEngine(model_dirs[0])
+    with pytest.raises(KeyError, match="model.layers.0.self_attn.qkv_proj.weight"):
+        engine.load_weights([("model.layers.0.self_attn.qkv_proj.weight", torch.zeros(3))])
+    with pytest.raises(ValueError, match=r"lm_head.weight.*\(15, 64\).*\(15, 128\)"):
+        engine.load_weights([("lm_head.weight", torch.zeros(15, 64))])
+
+
+def test_min_new_tokens_path_used_by_the_benchmark(model_dirs, prompts):
+    engine = TorchEngine(model_dirs[0])
+    out = engine._sample(prompts, SamplingConfig(max_new_tokens=5), torch.Generator().manual_seed(0), 5)
+    assert all(len(s.response_ids) == 5 and EOS not in s.response_ids for s in out)
