@@ -19,9 +19,11 @@ median seconds of one sync, barrier to barrier, for:
   isend/irecv per trainer-generator pair: no plan, no packing, no buckets. The ceiling.
 - direct_mpi_s (unless --no-mpi): the same plan over MPI buffers (mpi4py, numpy views).
 
-Repetitions alternate between the contenders so that drift on a shared machine hits all alike.
-Prints one JSON line per size on rank 0. Sizes that would not fit in memory are reported as
-skipped. GB/s are 10^9 bytes per second of payload received by the generators.
+Repetitions alternate between the contenders so that drift on a shared machine hits all alike;
+figures are medians, ``min_s`` holds each contender's best round and ``loadavg_1m`` the
+machine's load when the size started. Prints one JSON line per size on rank 0. Sizes that
+would not fit in memory are reported as skipped. GB/s are 10^9 bytes per second of payload
+received by the generators.
 """
 
 from __future__ import annotations
@@ -94,7 +96,8 @@ class Bench:
         shapes = llama_shapes(*SIZES[label])
         n_params = sum(torch.Size(s).numel() for _, s in shapes)
         model_bytes = n_params * self.itemsize
-        base = {"params": n_params, "size": label, "dtype": self.args.dtype}
+        base = {"params": n_params, "size": label, "dtype": self.args.dtype,
+                "loadavg_1m": round(os.getloadavg()[0], 1)}  # a shared machine shows here
         # Peak on this node, in model copies: trainer 0 holds its half, a half of send buckets,
         # the other half and the full model (2.5); trainer 1 its half and buckets (1); each
         # generator a staging copy and a flat full copy (2 each).
@@ -198,6 +201,8 @@ class Bench:
                "raw_gbps": round(recv_bytes / med["raw_s"] / 1e9, 3)}
         if "direct_mpi_s" in med:
             out["direct_mpi_gbps"] = round(recv_bytes / med["direct_mpi_s"] / 1e9, 3)
+        # best rounds: what each contender does when the machine's other load leaves it alone
+        out["min_s"] = {k.removesuffix("_s"): round(min(v), 4) for k, v in times.items()}
         if self.rank == 0:
             out.update({"copy_mode_pack_post_s": round(max(post), 4),
                         "generator_stall_s": round(max(stall), 4),

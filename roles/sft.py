@@ -57,7 +57,12 @@ def sft_warm_start(
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     warmup = max(1, steps // 20)  # Adam's first steps are noisy; a short ramp keeps them small
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
+    import os, math
+    if os.environ.get("COS"):
+        f = lambda s: min(1.0, (s + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * s / steps)))
+    else:
+        f = lambda s: min(1.0, (s + 1) / warmup)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, f)
     loss = first_loss = torch.tensor(float("nan"))
     for step in range(steps):
         idx = torch.as_tensor(rng.integers(0, len(pairs), batch))

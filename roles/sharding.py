@@ -27,11 +27,13 @@ def trainer_mesh(group: dist.ProcessGroup, device_type: str = "cpu") -> DeviceMe
 
 def shard_model(model: nn.Module, group: dist.ProcessGroup | None, *,
                 mp_policy: MixedPrecisionPolicy | None = None,
-                reshard_after_forward: bool = True) -> nn.Module:
+                reshard_after_forward: bool | None = None) -> nn.Module:
     """Shard ``model`` in place with FSDP2 over ``group``; one trainer (or None) leaves it as is.
 
     Collective over ``group``. Every rank must have built the same model (same seed or same
-    checkpoint): FSDP2 keeps each rank's own rows of what it finds.
+    checkpoint): FSDP2 keeps each rank's own rows of what it finds. ``reshard_after_forward``
+    None: FSDP2's default (layers free their gathered weights after forward, the root keeps
+    them for backward).
     """
     if group is None or dist.get_world_size(group) == 1:
         return model
@@ -49,7 +51,8 @@ def local_shards(model: nn.Module) -> list[LocalShard]:
     """(name, local rows, global shape, first row) of every parameter, in ``named_parameters`` order.
 
     The local tensors share memory with the parameters (no copy). An unsharded model gives whole
-    tensors at row 0, so one trainer goes through the same weight-sync path.
+    tensors at row 0, so one trainer goes through the same weight-sync path. Call it outside a
+    forward/backward pass (e.g. after ``optimizer.step()``), when FSDP2 holds only the shards.
     """
     out = []
     with torch.no_grad():  # to_local() then hands back the local tensor itself

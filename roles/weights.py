@@ -40,18 +40,26 @@ class Policy:
         return [(n, p.detach()) for n, p in self.model.named_parameters()]
 
     def save(self, out_dir: str | Path, is_leader: bool) -> None:
-        """Write a Hugging Face folder. Collective over the trainers when sharded."""
+        """Write a Hugging Face folder. Collective over the trainers when sharded.
+
+        Written by hand rather than with ``save_pretrained``, which under torch.distributed
+        writes only on torch rank 0 (here the controller, which holds no model).
+        """
+        from safetensors.torch import save_file
+        from transformers import AutoTokenizer
+
         state = full_state(self.model) if self.sharded else None
         if not is_leader:
             return
-        from transformers import AutoTokenizer
-
+        if state is None:
+            state = {n: p.detach() for n, p in self.model.named_parameters()}
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        if state is None:
-            self.model.save_pretrained(out)
-        else:
-            self.model.save_pretrained(out, state_dict=state)
+        save_file({n: t.contiguous() for n, t in state.items()}, str(out / "model.safetensors"),
+                  metadata={"format": "pt"})
+        self.model.config.save_pretrained(out)
+        if getattr(self.model, "generation_config", None) is not None:
+            self.model.generation_config.save_pretrained(out)
         AutoTokenizer.from_pretrained(self.tokenizer_dir).save_pretrained(out)
 
 

@@ -98,6 +98,12 @@ class TorchEngine:
     ) -> list[Sample]:
         if sampling.temperature <= 0:
             raise ValueError("temperature must be > 0 (the behaviour log-probs need a distribution)")
+        if not 0 < sampling.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {sampling.top_p}")
+        if sampling.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}")
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("every prompt needs at least one token")
         B, T = len(prompts), sampling.max_new_tokens
         lens = torch.tensor([len(p) for p in prompts], dtype=torch.long)
         width = int(lens.max())
@@ -265,7 +271,8 @@ def bench_vs_hf_generate(
     token, HF via ``min_new_tokens``), temperature 1, no top-p / top-k, on one shared model.
     After one untimed warm-up each, the two are timed alternately ``repeats`` times (so a
     burst of load on a shared machine hits both) and the best run of each counts.
-    Returns one flat dict: tokens/s of each, their ratio, and the run's shape.
+    Returns one flat dict: tokens per wall second and per CPU second of each, their ratios,
+    and the run's shape.
     """
     from transformers import AutoModelForCausalLM
 
@@ -291,21 +298,25 @@ def bench_vs_hf_generate(
             )
         return (out.shape[1] - prompt_len) * batch
 
-    runs = {"hf_generate": (hf, []), "torch_engine": (ours, [])}
-    for fn, _ in runs.values():
+    runs = {"hf_generate": (hf, [], []), "torch_engine": (ours, [], [])}
+    for fn, _, _ in runs.values():
         fn()  # warm-up: allocator, lazy init, first-call paths
     tokens = {}
     for _ in range(repeats):
-        for name, (fn, times) in runs.items():
-            t0 = time.perf_counter()
+        for name, (fn, walls, cpus) in runs.items():
+            t0, c0 = time.perf_counter(), time.process_time()
             tokens[name] = fn()
-            times.append(time.perf_counter() - t0)
+            walls.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
     result = {
         "batch": batch, "new_tokens": new_tokens, "prompt_len": prompt_len,
         "threads": torch.get_num_threads(),
     }
-    for name, (_, times) in runs.items():
+    for name, (_, walls, cpus) in runs.items():
         result[f"{name}_tokens"] = tokens[name]
-        result[f"{name}_tok_s"] = tokens[name] / min(times)
+        result[f"{name}_tok_s"] = tokens[name] / min(walls)
+        # tokens per CPU-second: steadier than wall time when other jobs share the cores
+        result[f"{name}_tok_cpu_s"] = tokens[name] / min(cpus)
     result["ratio"] = result["torch_engine_tok_s"] / result["hf_generate_tok_s"]
+    result["ratio_cpu"] = result["torch_engine_tok_cpu_s"] / result["hf_generate_tok_cpu_s"]
     return result

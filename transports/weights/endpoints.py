@@ -97,6 +97,25 @@ class WeightSender:
         self.stats = SyncStats(version, self.plan.nbytes_from(self.rank), len(handles),
                                post_s=time.perf_counter() - t0)
 
+    def progress(self) -> bool:
+        """Poll the sends without blocking (drives MPI progress); True when all are done.
+
+        gloo reports a send complete only from inside ``wait()``: there it stays False.
+        """
+        return all(self.channel.test(h) for h in self._handles)
+
+    def wait(self) -> float:
+        """Block until the last push is on its way out; returns the seconds blocked."""
+        if not self._handles:
+            return 0.0
+        t = time.perf_counter()
+        for h in self._handles:
+            self.channel.wait(h)
+        self._handles = []
+        now = time.perf_counter()
+        self.stats.transfer_s, self.stats.stall_s = now - self._t0, now - t
+        return self.stats.stall_s
+
     def guard(self, optimizer: torch.optim.Optimizer):
         """Make ``optimizer.step()`` first wait for the sends in flight (what ``copy=False`` needs).
 
@@ -113,22 +132,6 @@ class WeightSender:
             return False
         pc = msg.pieces[0]
         return box_shape(pc.box)[1:] == self.plan.spec(pc.name).shape[1:]
-
-    def progress(self) -> bool:
-        """Poll the sends without blocking (drives MPI progress); True when all are done."""
-        return all(self.channel.test(h) for h in self._handles)
-
-    def wait(self) -> float:
-        """Block until the last push is on its way out; returns the seconds blocked."""
-        if not self._handles:
-            return 0.0
-        t = time.perf_counter()
-        for h in self._handles:
-            self.channel.wait(h)
-        self._handles = []
-        now = time.perf_counter()
-        self.stats.transfer_s, self.stats.stall_s = now - self._t0, now - t
-        return self.stats.stall_s
 
     def _check(self, by_name: dict[str, LocalShard]) -> torch.device:
         devices = set()

@@ -181,8 +181,9 @@ def build_plan(
     trainers, generators = tuple(sorted(shards)), tuple(sorted(needs))
     params = _params(shards)
 
+    held = {t: {m.name: (m.start, m.stop) for m in shards[t]} for t in trainers}
     need_boxes = {g: {p.name: needs[g].box(p.name, p.shape) for p in params} for g in generators}
-    owned = {p.name: _owners(p, shards) for p in params}
+    owned = {p.name: _owners(p, {t: held[t][p.name] for t in trainers}) for p in params}
 
     messages: list[Message] = []
     for t in trainers:
@@ -198,7 +199,6 @@ def build_plan(
                 items += [(p, box, tuple(ds)) for box, ds in by_box.items()]
         messages += _bucket(t, items, bucket_bytes, pack_below)
     messages.sort(key=lambda m: (m.tag, m.src))
-    held = {t: {m.name: (m.start, m.stop) for m in shards[t]} for t in trainers}
     return TransferPlan(params, trainers, generators, held, need_boxes, tuple(messages),
                         bucket_bytes, pack_below)
 
@@ -218,9 +218,8 @@ def _params(shards: dict[int, list[ShardMeta]]) -> tuple[ParamSpec, ...]:
     return tuple(ref)
 
 
-def _owners(p: ParamSpec, shards: dict[int, list[ShardMeta]]) -> dict[int, list[tuple[int, int]]]:
-    """Disjoint row ranges each trainer sends for parameter ``p``; all rows covered once."""
-    held = {t: next((m.start, m.stop) for m in metas if m.name == p.name) for t, metas in shards.items()}
+def _owners(p: ParamSpec, held: dict[int, tuple[int, int]]) -> dict[int, list[tuple[int, int]]]:
+    """Disjoint row ranges each trainer sends for parameter ``p`` (``held``: trainer -> rows)."""
     cuts = sorted({0, p.shape[0], *(x for ab in held.values() for x in ab)})
     out: dict[int, list[tuple[int, int]]] = {}
     for a, b in zip(cuts, cuts[1:]):
