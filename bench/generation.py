@@ -13,8 +13,9 @@ Each engine is warmed up on a small batch, then timed ``--rounds`` times, the ro
 interleaved across engines so a burst of load on a shared machine hits all of them; the
 best round counts. Rates are given per wall-clock second (``*_tok_s``) and per CPU-second
 of the process (``*_tok_per_cpu_s``): with more runnable processes than cores (see
-``load_avg_1m``) the wall-clock figures mostly measure the share of the CPU a run got. All three run with the same number of torch/OpenMP threads (``--threads``;
-default ``OMP_NUM_THREADS``, else all cores), set before vLLM starts (it pins the count).
+``load_avg_1m``) the wall-clock figures mostly measure the share of the CPU a run got.
+All three run with the same number of torch/OpenMP threads (``--threads``; default
+``OMP_NUM_THREADS``, else all cores), set before vLLM starts (it pins the count).
 
     python bench/generation.py [--batch 64] [--new-tokens 128] [--rounds 2]
 """
@@ -46,7 +47,8 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--prompt-len", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=int(os.environ.get("OMP_NUM_THREADS", 0)) or os.cpu_count())
+    default_threads = int(os.environ.get("OMP_NUM_THREADS", 0)) or os.cpu_count()
+    ap.add_argument("--threads", type=int, default=default_threads)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 

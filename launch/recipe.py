@@ -23,7 +23,13 @@ from launch.cli import mpiexec_command
 ALPHABET = "0123456789+="
 
 
-def prepare_model(out_dir: str | Path, seed: int = 0, sft_steps: int = 400, size=None) -> dict:
+# Warm start calibrated for the demo (seed 0, 2 cores): held-out accuracy about 0.29 after
+# SFT, and RL (300 steps, AIPO, lr 3e-5, std-normalised advantages) lifts it to about 0.41.
+# A hotter SFT (lr 1e-3) memorises its pairs: samples of a group agree, advantages vanish.
+SFT_LR = 3e-4
+
+
+def prepare_model(out_dir: str | Path, seed: int = 0, sft_steps: int = 400, size=None, sft_lr: float = SFT_LR) -> dict:
     """Build the tiny Llama in ``out_dir/base`` and warm-start it into ``out_dir/sft``.
 
     Returns the SFT report (held-out accuracy, seconds). Reuses a finished ``sft`` folder
@@ -37,7 +43,7 @@ def prepare_model(out_dir: str | Path, seed: int = 0, sft_steps: int = 400, size
 
     out = Path(out_dir)
     stamp = out / "sft" / "mpirl-sft.json"
-    settings = {"seed": seed, "sft_steps": sft_steps, "size": str(size or TINY)}
+    settings = {"seed": seed, "sft_steps": sft_steps, "sft_lr": sft_lr, "size": str(size or TINY)}
     if stamp.is_file():
         done = json.loads(stamp.read_text())
         if done.get("settings") == settings:
@@ -45,7 +51,7 @@ def prepare_model(out_dir: str | Path, seed: int = 0, sft_steps: int = 400, size
     torch.manual_seed(seed)
     base = build_tiny_llama(out / "base", ALPHABET, seed=seed, **(size or TINY).kwargs())
     task = ArithTask(str(base), ArithConfig(seed=seed))
-    report = sft_warm_start(base, task, out_dir=out / "sft", steps=sft_steps, seed=seed)
+    report = sft_warm_start(base, task, out_dir=out / "sft", steps=sft_steps, lr=sft_lr, seed=seed)
     stamp.write_text(json.dumps({"settings": settings, "report": report}, default=float))
     return report
 

@@ -23,13 +23,16 @@ class LossConfig:
     kl_coef: float = 0.0  # GRPO: weight of the k3 KL to a reference policy (0 = none)
 
 
-def _prepare(logp, old_logp, advantages, mask):
-    mask = mask.to(torch.bool)
+def _prepare(logp, old_logp, advantages, mask, num_tokens):
+    # old_logp and advantages may arrive as numpy arrays straight from Rollout messages.
+    old_logp = torch.as_tensor(old_logp, dtype=logp.dtype, device=logp.device)
+    advantages = torch.as_tensor(advantages, device=logp.device)
+    mask = torch.as_tensor(mask, device=logp.device).to(torch.bool)
     if advantages.dim() == 1:
         advantages = advantages[:, None]
     advantages = advantages.to(logp.dtype).expand_as(logp)
-    n_tokens = mask.sum().clamp(min=1)
-    return mask, advantages, n_tokens
+    n_tokens = mask.sum().clamp(min=1) if num_tokens is None else torch.as_tensor(float(num_tokens))
+    return old_logp, mask, advantages, n_tokens
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor, n_tokens: torch.Tensor) -> torch.Tensor:
@@ -43,6 +46,7 @@ def aipo_loss(
     advantages: torch.Tensor,
     mask: torch.Tensor,
     rho: float = 4.0,
+    num_tokens: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """AIPO: ``-mean_tokens( min(pi/mu, rho) * A * log pi )`` with the weight held constant.
 
@@ -50,7 +54,7 @@ def aipo_loss(
     small weight; one whose ratio blew up is capped at rho) and is detached, so the gradient
     is ``weight * A * grad log pi`` exactly as in the paper's estimator.
     """
-    mask, adv, n = _prepare(logp, old_logp, advantages, mask)
+    old_logp, mask, adv, n = _prepare(logp, old_logp, advantages, mask, num_tokens)
     log_ratio = torch.where(mask, logp.detach() - old_logp, torch.zeros_like(logp))
     ratio = log_ratio.exp()
     weight = ratio.clamp(max=rho)
@@ -76,6 +80,7 @@ def grpo_loss(
     clip_eps: float = 0.2,
     kl_coef: float = 0.0,
     ref_logp: torch.Tensor | None = None,
+    num_tokens: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO-clipped surrogate ``-min(r A, clip(r, 1-eps, 1+eps) A)`` plus ``kl_coef * k3 KL``.
 
@@ -84,7 +89,7 @@ def grpo_loss(
     """
     if kl_coef and ref_logp is None:
         raise ValueError("grpo_loss: kl_coef > 0 needs ref_logp")
-    mask, adv, n = _prepare(logp, old_logp, advantages, mask)
+    old_logp, mask, adv, n = _prepare(logp, old_logp, advantages, mask, num_tokens)
     log_ratio = torch.where(mask, logp - old_logp, torch.zeros_like(logp))
     ratio = log_ratio.exp()
     surrogate = torch.minimum(ratio * adv, ratio.clamp(1 - clip_eps, 1 + clip_eps) * adv)
@@ -92,6 +97,7 @@ def grpo_loss(
     loss = pg_loss
     metrics = {}
     if ref_logp is not None:
+        ref_logp = torch.as_tensor(ref_logp, dtype=logp.dtype, device=logp.device)
         d = torch.where(mask, ref_logp - logp, torch.zeros_like(logp))
         kl = _masked_mean(d.exp() - d - 1, mask, n)
         if kl_coef:

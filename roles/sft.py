@@ -24,7 +24,7 @@ class SFTConfig:
     steps: int = 400  # optimizer steps
     lr: float = 1e-3  # AdamW learning rate (constant after a short warm-up)
     batch: int = 32  # sequences per step, drawn with replacement
-    seed: int = 0  # picks the SFT pairs and the batches; also seeds torch
+    seed: int = 0  # picks the SFT pairs and the order of the batches
 
 
 def sft_warm_start(
@@ -46,7 +46,6 @@ def sft_warm_start(
 
     cfg = SFTConfig(fraction, steps, lr, batch, seed)
     t0 = time.perf_counter()
-    torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     train = task.train_prompts()
     rng = np.random.default_rng(seed)
@@ -57,12 +56,7 @@ def sft_warm_start(
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     warmup = max(1, steps // 20)  # Adam's first steps are noisy; a short ramp keeps them small
-    import os, math
-    if os.environ.get("COS"):
-        f = lambda s: min(1.0, (s + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * s / steps)))
-    else:
-        f = lambda s: min(1.0, (s + 1) / warmup)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, f)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
     loss = first_loss = torch.tensor(float("nan"))
     for step in range(steps):
         idx = torch.as_tensor(rng.integers(0, len(pairs), batch))

@@ -3,6 +3,13 @@
 A mailbox encodes messages with the msgpack codec and moves them with the MPI transport
 on its own duplicate of the mesh's communicator (so its tags never meet those of other
 MPI traffic). Large arrays travel as separate raw buffers, without a copy into the header.
+
+Small messages to a peer that has not yet taken our previous one are coalesced into one MPI
+message (see transports/mpi_transport.py); such a message goes out at the latest at this
+rank's next :meth:`Mailbox.progress`, :meth:`Mailbox.poll` that finds nothing,
+:meth:`Mailbox.wait`, :meth:`Mailbox.flush` or :meth:`Mailbox.close`. An actor's loop calls
+these all the time; code that sends and then computes for long without them should call
+``progress()`` after sending.
 """
 
 from __future__ import annotations
@@ -39,6 +46,9 @@ class Mailbox:
         self.comm = mesh.comm.Dup()
         self.transport = MPITransport(self.comm, max_inflight_bytes=max_inflight_bytes)
         self.address = Address(mesh.role, mesh.index)
+        # Looked up on every message: worked out once.
+        self._senders = [Address(*mesh.whois(r)) for r in range(self.comm.Get_size())]
+        self._ranks: dict[tuple, int] = {}
         self.closed = False
         self.dropped_after_close = 0  # messages that arrived after close(): a protocol smell
 
@@ -46,8 +56,11 @@ class Mailbox:
 
     def send(self, to: Address | tuple[str, int], msg) -> None:
         """Queue ``msg`` for one actor; non-blocking unless back-pressure applies."""
-        role, index = to
-        self.transport.send(self.mesh.rank_of(role, index), codec.encode_frames(msg))
+        rank = self._ranks.get(to)
+        if rank is None:
+            role, index = to
+            rank = self._ranks[to] = self.mesh.rank_of(role, index)
+        self.transport.send(rank, codec.encode_frames(msg))
 
     def send_role(self, role: str, msg) -> None:
         """Send ``msg`` to every rank of ``role`` (the message is encoded once)."""
@@ -62,9 +75,11 @@ class Mailbox:
                 self.transport.send(rank, frames)
 
     def progress(self) -> None:
+        """Retire completed sends and send waiting batches; never blocks (but back-pressure)."""
         self.transport.progress()
 
     def flush(self, timeout_s: float | None = None) -> None:
+        """Block until every peer has taken every message we sent (receiving meanwhile)."""
         self.transport.flush(timeout_s)
 
     # ---------------------------------------------------------------- receiving
@@ -74,8 +89,8 @@ class Mailbox:
         got = self.transport.poll()
         if got is None:
             return None
-        msg = codec.decode(got.frames[0], got.frames[1:])
-        return Envelope(Address(*self.mesh.whois(got.source)), msg)
+        source, header, buffers = got
+        return Envelope(self._senders[source], codec.decode(header, buffers))
 
     def drain(self, limit: int | None = None) -> list[Envelope]:
         """Every message that has arrived by now (up to ``limit``), oldest first per sender."""
@@ -119,6 +134,7 @@ class Mailbox:
         if self.closed:
             return
         deadline = time.monotonic() + timeout_s
+        self.transport.progress()  # sends the waiting batches
         while self.transport.pending_sends:
             self._drop_incoming()
             self.transport.progress()

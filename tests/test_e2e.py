@@ -37,9 +37,9 @@ def _mean(xs):
 
 @pytest.mark.parametrize("staleness", [0, 1])
 def test_reward_rises_within_the_staleness_bound(tmp_path, sft_model, staleness):
-    steps = 40
-    metrics = run(tmp_path, sft_model, run={"steps": steps, "max_staleness": staleness},
-                  algorithm={"lr": 2.0e-4})
+    # The demo's recipe (AIPO, lr 3e-5): training reward climbs about 0.07 in 80 steps.
+    steps = 80
+    metrics = run(tmp_path, sft_model, run={"steps": steps, "max_staleness": staleness})
     assert [m["step"] for m in metrics] == list(range(steps))  # metrics.jsonl is complete
     assert [m["policy_version"] for m in metrics] == list(range(1, steps + 1))
     for m in metrics:
@@ -50,8 +50,8 @@ def test_reward_rises_within_the_staleness_bound(tmp_path, sft_model, staleness)
     if staleness == 1:
         # The overlap actually happened: some batches were sampled one version behind.
         assert any(m["staleness_max"] == 1 for m in metrics)
-    first, last = _mean([m["reward_mean"] for m in metrics[:10]]), _mean([m["reward_mean"] for m in metrics[-10:]])
-    assert last > first + 0.05, (first, last)
+    first, last = _mean([m["reward_mean"] for m in metrics[:20]]), _mean([m["reward_mean"] for m in metrics[-20:]])
+    assert last > first + 0.03, (first, last)
     assert (tmp_path / "run" / "policy" / "config.json").is_file()  # the trained policy was saved
 
 

@@ -96,3 +96,18 @@ def test_grpo_k3_kl():
     assert loss.item() == pytest.approx(0.1 * k3, rel=1e-5)
     with pytest.raises(ValueError, match="ref_logp"):
         grpo_loss(logp, logp.detach(), adv, mask, kl_coef=0.1)
+
+
+@pytest.mark.parametrize("loss_fn", [aipo_loss, grpo_loss])
+def test_micro_batches_with_num_tokens_sum_to_the_full_batch(loss_fn):
+    logp, old, adv, mask = _batch()
+    full, _ = loss_fn(logp, old, adv, mask)
+    parts = [loss_fn(logp[i : i + 1], old[i : i + 1], adv[i : i + 1], mask[i : i + 1], num_tokens=5)[0] for i in (0, 1)]
+    assert (parts[0] + parts[1]).item() == pytest.approx(full.item(), rel=1e-6)
+
+
+def test_numpy_inputs_from_messages_are_accepted():
+    logp, old, adv, mask = _batch()
+    a, _ = aipo_loss(logp, old.numpy(), adv.numpy(), mask.numpy(), rho=2.0)
+    b, _ = aipo_loss(logp, old, adv, mask, rho=2.0)
+    assert a.item() == pytest.approx(b.item())

@@ -116,20 +116,22 @@ def test_generate_shapes_and_finish_reasons(engine, eos_id):
 
     # The same seed gives the same samples; ignore_eos runs every sample to the cap.
     again = engine.generate(prompts, n=16, sampling=sampling)
-    assert all(np.array_equal(a.response_ids, b.response_ids) for ga, gb in zip(out, again) for a, b in zip(ga, gb))
+    pairs = [(a, b) for ga, gb in zip(out, again) for a, b in zip(ga, gb)]
+    assert all(np.array_equal(a.response_ids, b.response_ids) for a, b in pairs)
     full = engine.generate(prompts[:1], n=4, sampling=sampling, ignore_eos=True)
     assert all(len(s.response_ids) == 16 and s.finish_reason == "length" for s in full[0])
 
 
 def test_top_p_logprobs_are_renormalised(engine):
-    """With top-p, mu is the truncated, renormalised distribution: log-probs rise above full-softmax ones."""
+    """With top-p, mu is the truncated, renormalised distribution: sampled tokens' log-probs rise."""
     prompts = _prompts([8])
     base = SamplingConfig(temperature=1.0, top_p=1.0, max_new_tokens=8, seed=7)
     nucleus = SamplingConfig(temperature=1.0, top_p=0.5, max_new_tokens=8, seed=7)
     full = engine.generate(prompts, n=8, sampling=base, ignore_eos=True)[0]
     cut = engine.generate(prompts, n=8, sampling=nucleus, ignore_eos=True)[0]
     # Half the mass kept: each sampled token's probability roughly doubles.
-    assert np.mean(np.concatenate([s.logprobs for s in cut])) > np.mean(np.concatenate([s.logprobs for s in full])) + 0.3
+    mean = lambda samples: np.mean(np.concatenate([s.logprobs for s in samples]))  # noqa: E731
+    assert mean(cut) > mean(full) + 0.3
 
 
 def test_logprobs_match_trainer(engine, hf_model):
@@ -155,7 +157,8 @@ def test_logprobs_match_after_weight_update(engine, hf_model, model_dir):
         assert engine.last_update_s is not None and engine.last_update_s > 0
         out = engine.generate(prompts, n=4, sampling=sampling)
         diff = _diffs(out, _trainer_logprobs(updated, prompts, out, 0.7))
-        assert diff.mean() < 1e-3, f"mean |vLLM - trainer| after update = {diff.mean():.2e} (max {diff.max():.2e})"
+        msg = f"after the update: mean |vLLM - trainer| = {diff.mean():.2e} (max {diff.max():.2e})"
+        assert diff.mean() < 1e-3, msg
         # ...and the old weights would not explain them: the update really took effect.
         stale = _diffs(out, _trainer_logprobs(hf_model, prompts, out, 0.7))
         assert stale.mean() > 50 * max(diff.mean(), 1e-5)
@@ -169,3 +172,43 @@ def test_load_weights_rejects_partial_updates(engine, hf_model):
         engine.load_weights(named[:-1])
     with pytest.raises(ValueError, match="unknown"):
         engine.load_weights([*named, ("model.layers.99.mlp.up_proj.weight", named[0][1])])
+
+
+_MPI_SCRIPT = """
+import sys
+import numpy as np, torch, torch.distributed as dist
+from mpi4py import MPI
+from roles.engines.base import SamplingConfig
+from roles.engines.vllm_engine import VllmEngine
+from transports.torch_dist import init_torch_distributed
+from transformers import AutoModelForCausalLM
+
+model_dir, comm = sys.argv[1], MPI.COMM_WORLD
+init_torch_distributed(comm, timeout_s=60)  # the weight transport's default group: both ranks
+if comm.rank == 1:  # the generator rank builds its engine inside that world
+    engine = VllmEngine(VllmEngine.Config(model=model_dir, kv_cache_gib=0.25, max_num_seqs=4))
+    out = engine.generate([np.array([1, 4, 5], np.int32)], 2, SamplingConfig(max_new_tokens=4))
+    engine.load_weights(AutoModelForCausalLM.from_pretrained(model_dir).named_parameters())
+    print("generated", len(out[0]), flush=True)
+t = torch.full((2,), float(comm.rank + 1))
+dist.all_reduce(t)  # the default group still spans both ranks
+group = dist.new_group([0, 1])  # and groups made afterwards agree across ranks
+u = torch.ones(1)
+dist.all_reduce(u, group=group)
+print(f"rank {comm.rank} world {dist.get_world_size()} sum {t[0].item():.0f} group {u.item():.0f}",
+      flush=True)
+"""
+
+
+@pytest.mark.slow
+def test_engine_inside_an_mpi_job_keeps_the_torch_world(model_dir):
+    """vLLM adopts torch.distributed's default group as its own world; under mpirun that
+    group spans every rank, so a naive build hangs the generator. The engine must start
+    beside it and leave it working (collectives, later new_group) for the weight transport."""
+    from mpi_helpers import run_python
+
+    res = run_python(2, _MPI_SCRIPT, str(model_dir), timeout=270)  # pytest-timeout: 300 s
+    assert res.rc == 0, res.output
+    assert "generated 2" in res.stdout, res.output
+    for rank in (0, 1):
+        assert f"rank {rank} world 2 sum 3 group 2" in res.stdout, res.output

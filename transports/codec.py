@@ -14,6 +14,8 @@ type, a schema version it does not speak, a missing, extra or wrongly-typed fiel
 from __future__ import annotations
 
 import dataclasses
+import math
+import threading
 import types
 import typing
 from typing import Any, Union
@@ -98,9 +100,15 @@ def _as_numpy(obj) -> tuple[np.ndarray, bool, str] | None:
 
 
 class _Encoder:
+    """msgpack's ``default`` hook, and the out-of-band buffers it has set aside so far."""
+
     def __init__(self, out_of_band: bool):
         self.out_of_band = out_of_band
         self.frames: list[memoryview] = []
+        # Reused from message to message: making a Packer costs about as much as packing a
+        # small message with it. A Packer starts afresh after an exception (autoreset).
+        self.packer = msgpack.Packer(default=self.default, use_bin_type=True)
+        self.busy = False
 
     def default(self, obj):
         got = _as_numpy(obj)
@@ -111,30 +119,65 @@ class _Encoder:
                 self.frames.append(memoryview(arr.reshape(-1).view(np.uint8)))
                 header.append(len(self.frames) - 1)
                 return msgpack.ExtType(_EXT_ARRAY_OOB, msgpack.packb(header))
-            packed_header = msgpack.packb(header)
+            key = (dtype_name, arr.shape, is_torch)
+            prefix = _INBAND_PREFIXES.get(key)
+            if prefix is None:
+                packed_header = msgpack.packb(header)
+                prefix = len(packed_header).to_bytes(4, "little") + packed_header
+                _remember(_INBAND_PREFIXES, key, prefix)
             # 4-byte header length, header, raw bytes: one copy, no per-element work.
-            return msgpack.ExtType(
-                _EXT_ARRAY,
-                len(packed_header).to_bytes(4, "little") + packed_header + arr.tobytes(),
-            )
+            return msgpack.ExtType(_EXT_ARRAY, prefix + arr.tobytes())
         if isinstance(obj, (np.integer, np.floating, np.bool_)):
             return obj.item()
         if isinstance(obj, tuple):
             return list(obj)
         raise CodecError(f"cannot encode a value of type {type(obj).__name__}")
 
+    def pack(self, body: dict):
+        """(packed bytes, out-of-band buffers); not reentrant, see :func:`_pack`."""
+        self.frames = []
+        self.busy = True
+        try:
+            return self.packer.pack(body), self.frames
+        finally:
+            self.busy = False
 
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {}  # per message class, worked out on first use
+
+_local = threading.local()  # one pair of encoders per thread: a Packer is not thread-safe
+
+
+def _pack(body: dict, out_of_band: bool):
+    try:
+        enc = _local.encoders[out_of_band]
+    except AttributeError:
+        _local.encoders = (_Encoder(False), _Encoder(True))
+        enc = _local.encoders[out_of_band]
+    if enc.busy:  # re-entered on this thread (from a hook): use a fresh encoder
+        enc = _Encoder(out_of_band)
+    return enc.pack(body)
+
+
+# Per message class: (wire name, field names, field-name set), worked out on first use.
+_ENCODE_SPECS: dict[type, tuple] = {}
+
+
+def _encode_spec(cls) -> tuple:
+    type_name = getattr(cls, "__message_type__", None)
+    if type_name is None:
+        raise CodecError(f"{cls.__name__} is not a registered message type")
+    names = tuple(f.name for f in dataclasses.fields(cls))
+    spec = _ENCODE_SPECS[cls] = (type_name, names, frozenset(names))
+    return spec
 
 
 def _to_map(msg) -> dict:
     cls = type(msg)
-    type_name = getattr(cls, "__message_type__", None)
-    if type_name is None:
-        raise CodecError(f"{cls.__name__} is not a registered message type")
-    names = _FIELD_NAMES.get(cls)
-    if names is None:
-        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    spec = _ENCODE_SPECS.get(cls) or _encode_spec(cls)
+    type_name, names, name_set = spec
+    attrs = getattr(msg, "__dict__", None)
+    if attrs is not None and attrs.keys() == name_set:
+        # The usual dataclass: its instance dict holds exactly the fields (one C-level copy).
+        return {"type": type_name, "v": SCHEMA_VERSION, **attrs}
     body = {"type": type_name, "v": SCHEMA_VERSION}
     for name in names:
         body[name] = getattr(msg, name)
@@ -143,30 +186,35 @@ def _to_map(msg) -> dict:
 
 def encode(msg) -> bytes:
     """Encode a registered message into one self-contained byte string."""
-    enc = _Encoder(out_of_band=False)
-    return msgpack.packb(_to_map(msg), default=enc.default, use_bin_type=True)
+    return _pack(_to_map(msg), out_of_band=False)[0]
 
 
 def encode_frames(msg) -> list:
     """Encode into ``[header, *buffers]``: large arrays are left as raw buffers (no copy)."""
-    enc = _Encoder(out_of_band=True)
-    header = msgpack.packb(_to_map(msg), default=enc.default, use_bin_type=True)
-    return [header, *enc.frames]
+    header, frames = _pack(_to_map(msg), out_of_band=True)
+    return [header, *frames]
 
 
 # ----------------------------------------------------------------------------- decoding
+
+
+_DTYPES: dict[str, np.dtype] = {}  # dtype name -> dtype, for the names seen so far
 
 
 def _array_from(header, raw, writable_copy: bool):
     if not (isinstance(header, list) and len(header) >= 3):
         raise CodecError("array extension has a malformed header")
     dtype_name, shape, is_torch = header[0], header[1], header[2]
-    try:
-        dtype = np.dtype(np.int16 if dtype_name == _BF16 else dtype_name)
-        shape = tuple(int(s) for s in shape)
-    except (TypeError, ValueError) as e:
-        raise CodecError(f"array extension has a bad dtype or shape: {e}") from None
-    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    dtype = _DTYPES.get(dtype_name) if type(dtype_name) is str else None
+    if dtype is None or type(shape) not in (list, tuple) or not all(type(s) is int for s in shape):
+        try:
+            dtype = np.dtype(np.int16 if dtype_name == _BF16 else dtype_name)
+            shape = [int(s) for s in shape]
+        except (TypeError, ValueError) as e:
+            raise CodecError(f"array extension has a bad dtype or shape: {e}") from None
+        if type(dtype_name) is str and len(_DTYPES) < 256:
+            _DTYPES[dtype_name] = dtype
+    expected = math.prod(shape) * dtype.itemsize  # math.prod: np.prod costs µs on a short list
     if len(raw) != expected:
         raise CodecError(
             f"array payload is {len(raw)} bytes but dtype {dtype_name} and shape "
@@ -183,15 +231,38 @@ def _array_from(header, raw, writable_copy: bool):
     return arr
 
 
+def _inband_array(data):
+    if len(data) < 4:
+        raise CodecError("array extension is truncated")
+    n = int.from_bytes(data[:4], "little")
+    packed_header = data[4 : 4 + n]
+    header = _INBAND_HEADERS.get(packed_header)
+    if header is None:
+        header = msgpack.unpackb(packed_header, raw=False)
+        if (type(header) is list and len(header) == 3 and type(header[1]) is list
+                and all(type(x) is int for x in header[1])):  # well-formed so far: worth keeping
+            header = [header[0], tuple(header[1]), header[2]]
+            _remember(_INBAND_HEADERS, packed_header, header)
+    # In-band bytes belong to the message buffer: copy so the array is writable.
+    return _array_from(header, memoryview(data)[4 + n :], writable_copy=True)
+
+
+# The array headers seen recently, packed and unpacked: messages of one kind carry arrays of
+# a few dtypes and shapes, so most headers repeat.
+_INBAND_PREFIXES: dict[tuple, bytes] = {}
+_INBAND_HEADERS: dict[bytes, list] = {}
+
+
+def _remember(cache: dict, key, value, max_entries: int = 4096) -> None:
+    if len(cache) >= max_entries:
+        cache.clear()
+    cache[key] = value
+
+
 def _ext_hook_for(frames):
     def ext_hook(code, data):
         if code == _EXT_ARRAY:
-            if len(data) < 4:
-                raise CodecError("array extension is truncated")
-            n = int.from_bytes(data[:4], "little")
-            header = msgpack.unpackb(data[4 : 4 + n], raw=False)
-            # In-band bytes belong to the message buffer: copy so the array is writable.
-            return _array_from(header, memoryview(data)[4 + n :], writable_copy=True)
+            return _inband_array(data)
         if code == _EXT_ARRAY_OOB:
             header = msgpack.unpackb(data, raw=False)
             if not (isinstance(header, list) and len(header) == 4):
@@ -208,24 +279,52 @@ def _ext_hook_for(frames):
     return ext_hook
 
 
+_EXT_HOOK_NO_FRAMES = _ext_hook_for([])  # most messages: no closure to build per message
+
+
 def decode(data, frames=()) -> Any:
     """Decode bytes (plus out-of-band buffers, if any) into a registered message instance."""
     try:
         # strict_map_key=False: maps keyed by int (say, per policy version) encode, so they
         # must decode too; field names are checked to be strings in _from_map.
-        body = msgpack.unpackb(data, raw=False, ext_hook=_ext_hook_for(list(frames)), strict_map_key=False)
+        body = msgpack.unpackb(data, raw=False, ext_hook=_ext_hook_for(list(frames)) if frames
+                               else _EXT_HOOK_NO_FRAMES, strict_map_key=False)
     except CodecError:
         raise
     except msgpack.ExtraData:
         raise CodecError("message has trailing bytes after its end") from None
     except (ValueError, msgpack.UnpackException, TypeError) as e:
         raise CodecError(f"malformed or truncated message bytes: {e}") from None
-    if not isinstance(body, dict):
+    if type(body) is not dict:
         raise CodecError(f"a message must be a map, got {type(body).__name__}")
+    # Fast path: a well-formed message of a known type, every field present, each value of
+    # a type its hint accepts. Anything else takes _from_map, which names the problem.
+    type_name = body.get("type")
+    spec = _DECODE_SPECS.get(type_name) if type(type_name) is str else None
+    if spec is None:
+        spec = _decode_spec(type_name)
+    if spec is not None and len(body) == spec[1] and body.get("v") == SCHEMA_VERSION:
+        cls, _, typed, untyped, deep = spec
+        try:
+            for name, allowed in typed:
+                if type(body[name]) not in allowed:
+                    break
+            else:
+                for name in untyped:
+                    body[name]
+                for name, fits in deep:
+                    if not fits(body[name]):
+                        break
+                else:
+                    del body["type"], body["v"]
+                    return cls(**body)
+        except KeyError:  # a field is missing (so some other key is extra): let _from_map say which
+            pass
     return _from_map(body)
 
 
 def _from_map(body: dict):
+    """The careful path: validate ``body`` step by step and name the first problem."""
     type_name = body.pop("type", None)
     if type_name is None:
         raise CodecError("message has no 'type' field")
@@ -244,18 +343,18 @@ def _from_map(body: dict):
     if not required <= body.keys():
         missing = [n for n in names if n in required and n not in body]
         raise CodecError(f"{type_name}: missing field {missing[0]!r}")
-    for name, fits, hint in checks:
-        if name in body and not fits(body[name]):
-            raise CodecError(f"{type_name}.{name}: {_type_problem(body[name], hint)}")
+    for name, hint in checks:
+        problem = _type_problem(body[name], hint) if name in body else None
+        if problem:
+            raise CodecError(f"{type_name}.{name}: {problem}")
     return cls(**body)
 
 
-# Decoding is on every message's path: the per-class facts are worked out once.
 _SCHEMA_CACHE: dict[type, tuple] = {}
 
 
 def _schema(cls) -> tuple:
-    """(field names in order, required names, [(name, fits(value) -> bool, hint)])."""
+    """(field names in order, required names, [(name, hint)])."""
     got = _SCHEMA_CACHE.get(cls)
     if got is None:
         hints = _hints(cls)
@@ -265,21 +364,101 @@ def _schema(cls) -> tuple:
             f.name for f in fields
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         )
-        checks = [(f.name, _fits_for(hints[f.name]), hints[f.name]) for f in fields]
-        got = _SCHEMA_CACHE[cls] = (names, required, [c for c in checks if c[1] is not None])
+        got = _SCHEMA_CACHE[cls] = (names, required, [(f.name, hints[f.name]) for f in fields])
     return got
 
 
-def _fits_for(hint):
-    """A fast yes/no test equivalent to ``_type_problem(value, hint) is None`` (None: always fits)."""
+# Decoding is on every message's path: the per-class facts are worked out once, per type
+# name: (class, number of map keys, ((field, exact types that fit), ...), (fields of any type,
+# ...), ((field, fits(value) -> bool), ...)). Testing the exact type suffices because a decoded
+# value is one of a few known types (msgpack's, plus arrays and tensors).
+_DECODE_SPECS: dict[str, tuple] = {}
+
+_NONE = type(None)
+_DECODED_TYPES = (int, float, str, bytes, bool, _NONE, list, dict, np.ndarray) + (
+    (torch.Tensor,) if torch is not None else ())
+
+
+def _decode_spec(type_name):
+    """The fast-path facts for a registered type name, or None (unknown or unhashable name)."""
+    try:
+        cls = _REGISTRY.get(type_name)
+    except TypeError:
+        return None
+    if cls is None:
+        return None
+    hints = _hints(cls)
+    typed, untyped, deep = [], [], []
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        exact = _exact_types(hint)
+        fits = None if exact is not None else _fits_for(hint)
+        if exact is not None:
+            typed.append((f.name, exact))
+        elif fits is None:
+            untyped.append(f.name)
+        else:
+            deep.append((f.name, fits))
+    spec = (cls, 2 + len(typed) + len(untyped) + len(deep), tuple(typed), tuple(untyped), tuple(deep))
+    _DECODE_SPECS[type_name] = spec
+    return spec
+
+
+def _exact_types(hint) -> frozenset | None:
+    """The decoded types that fit ``hint``, when a type test alone decides; else None.
+
+    Never wider than :func:`_type_problem`: what passes here passes there too.
+    """
     if hint is Any or hint is object:
         return None
     if hint is int:
-        return lambda v: type(v) is int or (isinstance(v, int) and not isinstance(v, bool))
+        return frozenset([int])  # not bool
     if hint is float:
-        return lambda v: type(v) is float or (isinstance(v, (int, float)) and not isinstance(v, bool))
-    if hint in (str, bytes, bool, np.ndarray):
-        return lambda v: isinstance(v, hint)
+        return frozenset([int, float])
+    if hint is _NONE:
+        return frozenset([_NONE])
+    origin = typing.get_origin(hint)
+    if origin in (Union, types.UnionType):
+        parts = [_exact_types(h) for h in typing.get_args(hint)]
+        return None if any(p is None for p in parts) else frozenset().union(*parts)
+    if hint is list or hint is dict:
+        return frozenset([hint])
+    if origin is None and isinstance(hint, type):
+        return frozenset(t for t in _DECODED_TYPES if issubclass(t, hint))
+    return None  # list[X], dict[K, V], TypeVars, ...: checked item by item, or not at all
+
+
+def _fits_for(hint):
+    """A fast test ``fits(decoded value) -> bool``, never wider than :func:`_type_problem`
+    (None: anything fits). Items of lists and maps are tested in C where their hint allows."""
+    if hint is Any or hint is object:
+        return None
+    exact = _exact_types(hint)
+    if exact is not None:
+        return lambda v: type(v) in exact
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (Union, types.UnionType):
+        options = [_fits_for(h) for h in args]
+        if any(o is None for o in options):
+            return None
+        return lambda v: any(o(v) for o in options)
+    if origin is list:
+        item = args[0] if args else Any
+        exact = _exact_types(item)
+        if exact is not None:
+            return lambda v: type(v) is list and exact.issuperset(map(type, v))
+        fits = _fits_for(item)
+        if fits is None:
+            return lambda v: type(v) is list
+        return lambda v: type(v) is list and all(map(fits, v))
+    if origin is dict and len(args) == 2:
+        kfits, vfits = _fits_for(args[0]), _fits_for(args[1])
+        kexact, vexact = _exact_types(args[0]), _exact_types(args[1])
+        if kfits is None and vfits is None:
+            return lambda v: type(v) is dict
+        if kexact is not None and vexact is not None:
+            return lambda v: (type(v) is dict and kexact.issuperset(map(type, v))
+                              and vexact.issuperset(map(type, v.values())))
     return lambda v: _type_problem(v, hint) is None
 
 

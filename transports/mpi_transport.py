@@ -1,28 +1,50 @@
 """Point-to-point transport of framed byte messages over an MPI communicator.
 
-A frame list is ``[header, *buffers]``. The header travels on ``HEADER_TAG``; each buffer
-follows on ``BUFFER_TAG`` from the same sender. MPI does not let messages of one
+A message is a frame list ``[header, *buffers]``. The header travels on ``HEADER_TAG``; each
+buffer follows on ``BUFFER_TAG`` from the same sender. MPI does not let messages of one
 (source, tag, communicator) overtake each other, so a receiver that takes a header and then
 exactly its buffers from that source always pairs them correctly, and a sender's messages
 arrive in the order it sent them.
+
+Small messages without buffers are coalesced, adaptively (as Nagle's algorithm does for TCP):
+one goes out at once when the peer has taken everything we sent it before, so an idle pair
+of ranks sees no added latency; while the peer has not yet taken our last message, the next
+ones wait in a per-destination batch that goes out as one MPI message. A batch goes out when
+it reaches ``batch_bytes``, before a message with buffers (or a large one) to the same
+destination, so order holds, and at every "idle point": :meth:`~MPITransport.progress`, a
+:meth:`~MPITransport.poll` that finds nothing, :meth:`~MPITransport.flush`. So a message
+never waits in a batch past this rank's next progress() or empty poll() — an actor's loop
+makes both all the time. Header messages are sent in synchronous mode (``Issend``): their
+completion means the peer has matched them, which is the "taken" signal above, and what
+:attr:`~MPITransport.inflight_bytes` counts is then bytes the peer has not yet taken.
+
+Wire format of a header message: 4 bytes (little-endian) that say what follows:
+- ``n < BATCH``: one message, its header bytes, then ``n`` buffers on ``BUFFER_TAG``;
+- ``BATCH``: buffer-less messages, each as a 4-byte length and that many header bytes.
 
 Blocking behaviour, call by call:
 - :meth:`MPITransport.send` never blocks while the bytes in flight stay under
   ``max_inflight_bytes``; past it, it waits for earlier sends to complete (back-pressure),
   receiving incoming messages into a local queue meanwhile so two ranks that send to each
   other cannot deadlock.
+- :meth:`MPITransport.progress` never blocks (it may start sends, which back-pressure can
+  hold up, exactly as in send()).
 - :meth:`MPITransport.poll` never blocks: a matched probe (``Improbe``) finds a message of
-  any size, which is then received with ``Mrecv`` into a buffer of exactly its size.
-- :meth:`MPITransport.flush` blocks until every send has completed, receiving meanwhile.
+  any size, which is then received with ``Mrecv`` into a buffer of exactly its size. The
+  buffers of a message follow its header and are taken with blocking ``Mprobe``/``Mrecv``:
+  the sender started them together with the header.
+- :meth:`MPITransport.flush` blocks until every send has completed, i.e. every peer has
+  taken every message, receiving meanwhile.
 """
 
 from __future__ import annotations
 
 import collections
+import struct
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from mpi4py import MPI
@@ -30,18 +52,17 @@ from mpi4py import MPI
 HEADER_TAG = 7301
 BUFFER_TAG = 7302
 
+BATCH = 0xFFFFFFFF  # first word of a header message holding a batch of buffer-less messages
+_U32 = struct.Struct("<I")
+_SINGLE = _U32.pack(0)  # first word of a header message holding one buffer-less message
+_BATCH_START = _U32.pack(BATCH)
+_NO_BUFFERS: list = []  # shared by every received message without buffers: never modified
 
-@dataclass
-class _Pending:
-    request: MPI.Request
-    nbytes: int
-    keepalive: object  # the buffer must outlive the request; MPI reads it asynchronously
 
-
-@dataclass
-class Received:
+class Received(NamedTuple):
     source: int  # rank in the transport's communicator
-    frames: list  # [header bytes, *buffers as numpy uint8 arrays]
+    header: bytes | memoryview
+    buffers: list  # numpy uint8 arrays, one per out-of-band buffer (most messages: none)
 
 
 class _Lease:
@@ -105,16 +126,26 @@ class _ReceiveBuffers:
 
 class MPITransport:
     def __init__(self, comm: MPI.Comm, max_inflight_bytes: int = 256 * 1024 * 1024,
-                 max_pooled_bytes: int = 256 * 1024 * 1024):
-        """``max_pooled_bytes``: receive buffers kept for reuse (0: a fresh buffer every time)."""
+                 max_pooled_bytes: int = 256 * 1024 * 1024, batch_bytes: int = 64 * 1024):
+        """``max_pooled_bytes``: receive buffers kept for reuse (0: a fresh buffer every time).
+        ``batch_bytes``: a batch goes out once it holds this much; 0 turns coalescing off."""
         self.comm = comm
         self.max_inflight_bytes = max_inflight_bytes
+        self.batch_bytes = batch_bytes
+        # Headers up to this size may join a batch; a larger one goes alone (a copy into the
+        # batch would cost more than the MPI message it saves).
+        self.batch_entry_bytes = batch_bytes // 4
         self._buffers = _ReceiveBuffers(max_free_bytes=max_pooled_bytes)
-        self._pending: collections.deque[_Pending] = collections.deque()
+        self._pending: list[tuple[MPI.Request, int, object]] = []  # (request, bytes, keepalive)
         self._inflight_bytes = 0
-        self._stash: collections.deque[Received] = collections.deque()
+        self._batches: dict[int, bytearray] = {}  # destination -> batch not yet sent
+        self._last_header: dict[int, MPI.Request] = {}  # destination -> last header send
+        self._inbox: collections.deque[Received] = collections.deque()
+        self._status = MPI.Status()  # reused by every probe
         self.bytes_sent = 0
         self.bytes_received = 0
+        self.messages_sent = 0
+        self.mpi_messages_sent = 0  # header messages: fewer than messages_sent when batching
 
     # ------------------------------------------------------------------ sending
 
@@ -123,50 +154,82 @@ class MPITransport:
         return self._inflight_bytes
 
     def send(self, dest: int, frames: list) -> None:
-        """Start a non-blocking send of ``[header, *buffers]`` to ``dest`` (see module doc)."""
-        # The header message starts with the number of buffers that follow it, so the
-        # receiver needs no knowledge of the message format to take them all.
-        frames = [len(frames[1:]).to_bytes(4, "little") + bytes(frames[0]), *frames[1:]]
-        size = sum(_nbytes(f) for f in frames)
+        """Send ``[header, *buffers]`` to ``dest``: start it now, or add it to a batch (see module doc)."""
+        header = frames[0]
+        self.messages_sent += 1
+        if len(frames) == 1 and len(header) <= self.batch_entry_bytes:
+            batch = self._batches.get(dest)
+            if batch is None:
+                last = self._last_header.get(dest)
+                # Get_status, not Test: it leaves the request for progress() to retire.
+                if last is None or last.Get_status():
+                    self._start(dest, [_SINGLE + header])  # the peer is keeping up: no batch
+                    return
+                batch = self._batches[dest] = bytearray(_BATCH_START)
+            batch += _U32.pack(len(header))
+            batch += header
+            if len(batch) >= self.batch_bytes:
+                self._send_batch(dest)
+            return
+        # A message with buffers, or a large one: whatever waits for ``dest`` goes first.
+        if dest in self._batches:
+            self._send_batch(dest)
+        # The header word says how many buffers follow, so the receiver needs no knowledge
+        # of the message format to take them all.
+        self._start(dest, [_U32.pack(len(frames) - 1) + bytes(header), *frames[1:]])
+
+    def _send_batch(self, dest: int) -> None:
+        self._start(dest, [self._batches.pop(dest)])
+
+    def _start(self, dest: int, frames: list) -> None:
+        """Start the MPI sends of one header message and its buffers (may wait for room)."""
+        sizes = [_nbytes(f) for f in frames]
+        size = sum(sizes)
         # Wait for room first, but never refuse a single message larger than the bound:
         # it goes alone once everything before it is out.
         while self._pending and self._inflight_bytes + size > self.max_inflight_bytes:
             self._wait_some_sends()
-        for i, frame in enumerate(frames):
-            tag = HEADER_TAG if i == 0 else BUFFER_TAG
-            req = self.comm.Isend([frame, MPI.BYTE], dest=dest, tag=tag)
-            self._pending.append(_Pending(req, _nbytes(frame), frame))
+        # Synchronous mode for the header: it completes once the peer has matched it.
+        req = self.comm.Issend([frames[0], MPI.BYTE], dest=dest, tag=HEADER_TAG)
+        self._last_header[dest] = req
+        self._pending.append((req, sizes[0], frames[0]))  # the buffer must outlive the request
+        for frame, nbytes in zip(frames[1:], sizes[1:]):
+            req = self.comm.Isend([frame, MPI.BYTE], dest=dest, tag=BUFFER_TAG)
+            self._pending.append((req, nbytes, frame))
         self._inflight_bytes += size
         self.bytes_sent += size
+        self.mpi_messages_sent += 1
 
     def progress(self) -> None:
-        """Retire completed sends so their buffers can be freed (never blocks)."""
-        if not self._pending:
-            return
+        """Retire completed sends, then send every waiting batch (an idle point: see module doc)."""
+        if self._pending:
+            self._retire()
+        if self._batches:
+            for dest in list(self._batches):
+                self._send_batch(dest)
+
+    def _retire(self) -> bool:
+        """Forget the sends that have completed; True if any had."""
         # Requests to different destinations complete in any order: test them all.
-        still = collections.deque()
-        for p in self._pending:
-            if p.request.Test():
-                self._inflight_bytes -= p.nbytes
-            else:
-                still.append(p)
+        still = [p for p in self._pending if not p[0].Test()]
+        if len(still) == len(self._pending):
+            return False
+        self._inflight_bytes = sum(p[1] for p in still)
         self._pending = still
+        return True
 
     def _wait_some_sends(self) -> None:
-        self.progress()
-        if not self._pending:
+        if self._retire() or not self._pending:
             return
         # Keep receiving while we wait: the peer we are waiting on may itself be blocked
         # sending to us, and only our receive lets it go on.
-        got = self._receive_one()
-        if got is not None:
-            self._stash.append(got)
-        else:
+        if not self._receive():
             time.sleep(0)  # yield the core to the peer process on an oversubscribed node
 
     def flush(self, timeout_s: float | None = None) -> None:
         """Block until every send has completed (incoming messages are queued meanwhile)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        self.progress()  # sends the waiting batches
         while self._pending:
             self._wait_some_sends()
             if deadline is not None and time.monotonic() > deadline and self._pending:
@@ -174,35 +237,59 @@ class MPITransport:
 
     @property
     def pending_sends(self) -> int:
-        return len(self._pending)
+        """MPI sends not yet completed, plus batches not yet sent."""
+        return len(self._pending) + len(self._batches)
 
     # ---------------------------------------------------------------- receiving
 
     def poll(self) -> Received | None:
         """Return the next received message, or None at once if none has arrived."""
-        if self._stash:
-            return self._stash.popleft()
-        return self._receive_one()
+        if self._inbox or self._receive():
+            return self._inbox.popleft()
+        if self._batches:  # nothing to read: an idle point, so nothing of ours may wait
+            self.progress()
+        return None
 
-    def _receive_one(self) -> Received | None:
-        status = MPI.Status()
-        msg = self.comm.improbe(source=MPI.ANY_SOURCE, tag=HEADER_TAG, status=status)
+    def _receive(self) -> bool:
+        """Receive one header message (one message or a batch) into the inbox, if one has come."""
+        status = self._status
+        msg = self.comm.improbe(MPI.ANY_SOURCE, HEADER_TAG, status)
         if msg is None:
-            return None
+            return False
         source = status.Get_source()
-        header = bytearray(status.Get_count(MPI.BYTE))
-        msg.Recv([header, MPI.BYTE])
-        n_buffers = int.from_bytes(bytes(header[:4]), "little")
-        frames: list = [bytes(header[4:])]
-        for _ in range(n_buffers):
-            # The header's buffers are the next BUFFER_TAG messages from this source.
-            st = MPI.Status()
-            bmsg = self.comm.mprobe(source=source, tag=BUFFER_TAG, status=st)
-            buf = self._buffers.take(st.Get_count(MPI.BYTE))
-            bmsg.Recv([buf, MPI.BYTE])
-            frames.append(buf)
-        self.bytes_received += sum(_nbytes(f) for f in frames)
-        return Received(source, frames)
+        count = status.Get_count(MPI.BYTE)
+        data = bytearray(count)
+        msg.Recv([data, MPI.BYTE])
+        self.bytes_received += count
+        if count < 4:
+            raise RuntimeError(f"MPI transport: a {count}-byte header message from rank {source}")
+        (word,) = _U32.unpack_from(data)
+        if word == BATCH:
+            # bytes, once: each message's slice of it is then a cheap copy, and msgpack
+            # reads bytes faster than a memoryview.
+            data = bytes(data)
+            inbox, offset = self._inbox, 4
+            while offset < count:
+                (n,) = _U32.unpack_from(data, offset)
+                offset += 4 + n
+                if offset > count:
+                    raise RuntimeError(f"MPI transport: a batch from rank {source} is cut short")
+                inbox.append(Received(source, data[offset - n : offset], _NO_BUFFERS))
+            return True
+        # One message. Small headers are copied into bytes (see above); large ones are not.
+        header = bytes(data[4:]) if count <= 65536 else memoryview(data)[4:]
+        buffers = _NO_BUFFERS
+        if word:
+            buffers = []
+            for _ in range(word):
+                # The header's buffers are the next BUFFER_TAG messages from this source.
+                bmsg = self.comm.mprobe(source=source, tag=BUFFER_TAG, status=status)
+                buf = self._buffers.take(status.Get_count(MPI.BYTE))
+                bmsg.Recv([buf, MPI.BYTE])
+                self.bytes_received += buf.nbytes
+                buffers.append(buf)
+        self._inbox.append(Received(source, header, buffers))
+        return True
 
 
 def _nbytes(buf) -> int:

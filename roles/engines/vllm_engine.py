@@ -20,6 +20,9 @@ Three things make vLLM usable as an RL generator rather than a server:
 
 The engine lives in the generator's process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): no engine
 subprocess to orphan when MPI aborts the job, and weights pass by reference, not over a socket.
+vLLM's worker then shares the process with the weight transport's torch.distributed world,
+which it would adopt as its own (and hang on); see ``_private_torch_world``.
+
 Side effects on that process (vLLM's, documented here because they are global): building the
 engine seeds Python's, NumPy's and torch's global RNGs with ``Config.seed``; on the CPU
 backend it also drops torch to one intra-op thread unless ``OMP_NUM_THREADS`` is set, and
@@ -28,6 +31,7 @@ replaces ``torch.set_num_threads`` with a no-op for the rest of the process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass, field
@@ -40,30 +44,32 @@ import torch
 from roles.engines.base import Sample, SamplingConfig
 
 _GiB = 1 << 30
+_VLLM_GROUP_NAME_OFFSET = 1_000_000  # see _private_torch_world
 
 
 class VllmEngine:
-    """An in-process ``vllm.LLM`` that samples with behaviour log-probs and takes new weights in place."""
+    """An in-process ``vllm.LLM``: samples with behaviour log-probs, takes new weights in place."""
 
     @dataclass
     class Config:
         model: str  # folder with a Hugging Face causal LM (config.json, *.safetensors, tokenizer)
-        dtype: str = "float32"  # weights and activations; float32 on CPU (exact log-probs), bfloat16 on GPUs
-        tensor_parallel_size: int = 1  # GPUs one engine spans (vLLM shards heads/MLP); 1 on CPU
-        gpu_memory_utilization: float = 0.5  # GPU: share of device memory for weights + activations + KV cache
-        kv_cache_gib: float | None = None  # KV cache size; None: GPU derives it from the share above, CPU takes 1 GiB
-        max_model_len: int | None = None  # longest prompt + response; None = the model's max_position_embeddings
-        max_num_seqs: int = 256  # sequences decoded together in one step (the batch vLLM schedules)
-        block_size: int | None = None  # KV cache page in tokens; None = vLLM's (CPU 128, GPU 16); prefixes are cached per full page
-        enable_prefix_caching: bool = True  # reuse KV of shared prompt prefixes (n samples of one prompt); reset on every update
-        enforce_eager: bool | None = None  # None: eager on CPU (no compile, fast start), CUDA graphs on GPU
+        dtype: str = "float32"  # float32 on CPU (log-probs match the trainer's); bfloat16 on GPUs
+        tensor_parallel_size: int = 1  # GPUs one engine spans (heads and MLP split); 1 on CPU
+        gpu_memory_utilization: float = 0.5  # GPU: share of device memory for weights + KV cache
+        kv_cache_gib: float | None = None  # KV cache; None: GPU what the share leaves, CPU 1 GiB
+        max_model_len: int | None = None  # longest prompt + response; None = max_position_embeddings
+        max_num_seqs: int = 256  # sequences decoded together in one step
+        # KV page in tokens; None = vLLM's (CPU 128, GPU 16). Only full pages are prefix-cached.
+        block_size: int | None = None
+        enable_prefix_caching: bool = True  # share the KV of a prompt's n samples; reset on each update
+        enforce_eager: bool | None = None  # None: eager on CPU (fast start), CUDA graphs on GPU
         seed: int = 0  # engine seed (vLLM also seeds the process's global RNGs with it)
-        cpu_threads: int | None = None  # CPU: torch/OpenMP threads for this process; None = OMP_NUM_THREADS, else vLLM's 1
-        extra: dict[str, Any] = field(default_factory=dict)  # any other vllm.LLM keyword argument, passed as is
+        cpu_threads: int | None = None  # CPU: torch/OpenMP threads; None = OMP_NUM_THREADS, else 1
+        extra: dict[str, Any] = field(default_factory=dict)  # other vllm.LLM keyword arguments, as is
 
     def __init__(self, config: VllmEngine.Config):
         self.config = config
-        self.last_update_s: float | None = None  # wall time of the latest load_weights (reload + cache reset)
+        self.last_update_s: float | None = None  # seconds the latest load_weights took (reload + reset)
         self.updates = 0  # load_weights calls so far
         self._llm = _build_llm(config)
         self._param_names = _checkpoint_names(config.model)
@@ -94,7 +100,7 @@ class VllmEngine:
     def generate(
         self, prompts: list[np.ndarray], n: int, sampling: SamplingConfig, ignore_eos: bool = False
     ) -> list[list[Sample]]:
-        """Sample ``n`` responses per prompt; ``ignore_eos`` (benchmarks) always runs to ``max_new_tokens``."""
+        """Sample ``n`` responses per prompt; ``ignore_eos`` (benchmarks) runs to ``max_new_tokens``."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -116,7 +122,7 @@ class VllmEngine:
                     seed=None if sampling.seed is None else sampling.seed + i * n,
                 )
             )
-        inputs = [TokensPrompt(prompt_token_ids=np.asarray(p).astype(np.int64).tolist()) for p in prompts]
+        inputs = [TokensPrompt(prompt_token_ids=np.asarray(p, dtype=np.int64).tolist()) for p in prompts]
         outputs = self._llm.generate(inputs, params, use_tqdm=False)
         return [[_sample(c) for c in sorted(out.outputs, key=lambda c: c.index)] for out in outputs]
 
@@ -139,8 +145,9 @@ class VllmEngine:
                 f"unknown {sorted(unknown)[:5]}{'...' if len(unknown) > 5 else ''}, "
                 f"{len(named) - len(names)} duplicated"
             )
+        # A list, not an iterator: with tensor parallelism the call is shipped to worker processes.
         self._llm.collective_rpc(
-            "reload_weights", kwargs={"weights_iterator": iter(named), "is_checkpoint_format": True}
+            "reload_weights", kwargs={"weights_iterator": named, "is_checkpoint_format": True}
         )
         if not self._llm.reset_prefix_cache():
             raise RuntimeError("vLLM refused to reset its prefix cache (requests still running?)")
@@ -153,7 +160,7 @@ class VllmEngine:
 
 def _sample(c) -> Sample:
     ids = np.asarray(c.token_ids, dtype=np.int32)
-    flat = c.logprobs  # FlatLogprobs: position i's entries start at start_indices[i], sampled token first
+    flat = c.logprobs  # FlatLogprobs: position i's entries start at start_indices[i], sampled first
     starts = np.asarray(flat.start_indices, dtype=np.int64)
     lp = np.asarray(flat.logprobs, dtype=np.float32)[starts] if len(ids) else np.zeros(0, np.float32)
     if len(lp) != len(ids) or (len(ids) and np.any(np.asarray(flat.token_ids)[starts] != ids)):
@@ -214,4 +221,39 @@ def _build_llm(config: VllmEngine.Config):
     if config.block_size is not None:
         kwargs["block_size"] = config.block_size
     kwargs.update(config.extra)
-    return LLM(**kwargs)
+    with _private_torch_world():
+        return LLM(**kwargs)
+
+
+@contextlib.contextmanager
+def _private_torch_world():
+    """Let vLLM's worker set up torch.distributed as if it were alone, and undo that for the process.
+
+    vLLM's worker makes torch.distributed's *default* group its world: it creates one (world
+    size 1) when there is none, and adopts an existing one otherwise. In an mpirl job the
+    default group already spans every MPI rank (the weight transport's), so vLLM would run
+    collectives over ranks that never join them: the generator hangs. And were the engine
+    built first, its 1-rank default group would stand where the transport's must go.
+    So: hide the current default group (if any) while vLLM starts, then put it back. vLLM
+    keeps its own groups (handles it holds, all of size 1, whose collectives it skips); the
+    process's default group is the caller's again (or none). Tensor parallelism > 1 runs
+    its workers in their own processes, where none of this applies.
+    Tested under mpirun with the engine built after and before ``init_torch_distributed``.
+    """
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        yield
+        return
+    from torch.distributed.distributed_c10d import _world
+
+    ours, count = _world.default_pg, _world.group_count
+    _world.default_pg = None
+    # Group names come from a per-process counter and must agree across ranks for every group
+    # created later (they prefix the rendezvous keys): number vLLM's groups far away, then
+    # resume the caller's count as if vLLM had created none.
+    _world.group_count = count + _VLLM_GROUP_NAME_OFFSET
+    try:
+        yield
+    finally:
+        _world.default_pg, _world.group_count = ours, count
