@@ -15,7 +15,6 @@ these all the time; code that sends and then computes for long without them shou
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any, Iterable, NamedTuple
 
 from mpi4py import MPI
@@ -33,10 +32,14 @@ class Address(NamedTuple):
         return f"{self.role} {self.index}"
 
 
-@dataclass
-class Envelope:
+class Envelope(NamedTuple):
+    """A received message and who sent it."""
+
     sender: Address
     msg: Any
+
+
+_tuple_new = tuple.__new__  # builds an Envelope without the Python frame of its __new__
 
 
 class Mailbox:
@@ -90,7 +93,7 @@ class Mailbox:
         if got is None:
             return None
         source, header, buffers = got
-        return Envelope(self._senders[source], codec.decode(header, buffers))
+        return _tuple_new(Envelope, (self._senders[source], codec.decode(header, buffers)))
 
     def drain(self, limit: int | None = None) -> list[Envelope]:
         """Every message that has arrived by now (up to ``limit``), oldest first per sender."""

@@ -304,7 +304,7 @@ def decode(data, frames=()) -> Any:
     if spec is None:
         spec = _decode_spec(type_name)
     if spec is not None and len(body) == spec[1] and body.get("v") == SCHEMA_VERSION:
-        cls, _, typed, untyped, deep = spec
+        cls, _, typed, untyped, deep, plain = spec
         try:
             for name, allowed in typed:
                 if type(body[name]) not in allowed:
@@ -317,6 +317,10 @@ def decode(data, frames=()) -> Any:
                         break
                 else:
                     del body["type"], body["v"]
+                    if plain:  # what the generated __init__ would do, without its Python frame
+                        msg = _object_new(cls)
+                        msg.__dict__.update(body)
+                        return msg
                     return cls(**body)
         except KeyError:  # a field is missing (so some other key is extra): let _from_map say which
             pass
@@ -399,9 +403,26 @@ def _decode_spec(type_name):
             untyped.append(f.name)
         else:
             deep.append((f.name, fits))
-    spec = (cls, 2 + len(typed) + len(untyped) + len(deep), tuple(typed), tuple(untyped), tuple(deep))
+    spec = (cls, 2 + len(typed) + len(untyped) + len(deep), tuple(typed), tuple(untyped), tuple(deep),
+            _is_plain(cls))
     _DECODE_SPECS[type_name] = spec
     return spec
+
+
+_object_new = object.__new__
+
+
+def _is_plain(cls) -> bool:
+    """True if ``cls(**fields)`` only stores the fields in the instance dict: the __init__ is
+    the one dataclasses wrote (its code has no file), with no __post_init__ and no slots."""
+    init = cls.__dict__.get("__init__")
+    return (
+        init is not None
+        and getattr(getattr(init, "__code__", None), "co_filename", None) == "<string>"
+        and not hasattr(cls, "__post_init__")
+        and "__slots__" not in cls.__dict__
+        and all(f.init for f in dataclasses.fields(cls))
+    )
 
 
 def _exact_types(hint) -> frozenset | None:

@@ -57,6 +57,7 @@ _U32 = struct.Struct("<I")
 _SINGLE = _U32.pack(0)  # first word of a header message holding one buffer-less message
 _BATCH_START = _U32.pack(BATCH)
 _NO_BUFFERS: list = []  # shared by every received message without buffers: never modified
+_tuple_new = tuple.__new__  # builds a Received without the Python frame of its __new__
 
 
 class Received(NamedTuple):
@@ -274,7 +275,7 @@ class MPITransport:
                 offset += 4 + n
                 if offset > count:
                     raise RuntimeError(f"MPI transport: a batch from rank {source} is cut short")
-                inbox.append(Received(source, data[offset - n : offset], _NO_BUFFERS))
+                inbox.append(_tuple_new(Received, (source, data[offset - n : offset], _NO_BUFFERS)))
             return True
         # One message. Small headers are copied into bytes (see above); large ones are not.
         header = bytes(data[4:]) if count <= 65536 else memoryview(data)[4:]
