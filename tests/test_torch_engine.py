@@ -138,3 +138,29 @@ def test_min_new_tokens_path_used_by_the_benchmark(model_dirs, prompts):
     engine = TorchEngine(model_dirs[0])
     out = engine._sample(prompts, SamplingConfig(max_new_tokens=5), torch.Generator().manual_seed(0), 5)
     assert all(len(s.response_ids) == 5 and EOS not in s.response_ids for s in out)
+
+
+def test_chunked_batches_keep_prompt_grouping(model_dirs, prompts):
+    model = AutoModelForCausalLM.from_pretrained(model_dirs[0])
+    engine = TorchEngine(model, max_batch_rows=3)  # 4 prompts x 2 samples -> chunks of 3, 3, 2
+    out = engine.generate(prompts, 2, SamplingConfig(max_new_tokens=4, seed=0))
+    assert [len(g) for g in out] == [2, 2, 2, 2]
+    flat = _flat(out)
+    lp, _ = response_logprobs(model, [p for p in prompts for _ in range(2)], [s.response_ids for s in flat])
+    for i, s in enumerate(flat):  # each sample's log-probs are those of its own prompt
+        np.testing.assert_allclose(lp[i, : len(s.logprobs)].detach().numpy(), s.logprobs, atol=1e-4)
+
+
+def test_invalid_sampling_is_refused(model_dirs, prompts):
+    engine = TorchEngine(model_dirs[0])
+    for bad in (SamplingConfig(temperature=0.0), SamplingConfig(top_p=0.0), SamplingConfig(max_new_tokens=0)):
+        with pytest.raises(ValueError):
+            engine.generate(prompts, 1, bad)
+
+
+def test_bench_reports_equal_token_counts(model_dirs):
+    from roles.engines.torch_engine import bench_vs_hf_generate
+
+    r = bench_vs_hf_generate(model_dirs[0], batch=2, new_tokens=3, prompt_len=4, repeats=1)
+    assert r["hf_generate_tokens"] == r["torch_engine_tokens"] == 6
+    assert r["ratio"] > 0 and r["ratio_cpu"] > 0
