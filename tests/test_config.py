@@ -206,3 +206,31 @@ def test_errors_are_config_errors_not_pydantic(base_config):
     with pytest.raises(ConfigError) as info:
         config.parse(mutate(base_config, "run.steps", 0))
     assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_colocated_mode_assigns_colocated_ranks(base_config):
+    base_config["world"] = {"controller": 1, "generator": 0, "trainer": 0, "colocated": 2, "reward": 1}
+    base_config["run"]["max_staleness"] = 0
+    cfg = config.parse(base_config)
+    assert cfg.world.roles_by_rank() == ["controller", "colocated", "colocated", "reward"]
+    assert cfg.world.train_role == cfg.world.generate_role == "colocated"
+
+
+def test_colocated_beside_generators_is_refused(base_config):
+    base_config["world"]["colocated"] = 2
+    with pytest.raises(ConfigError, match=r"world: colocated ranks generate and train themselves"):
+        config.parse(base_config)
+
+
+def test_colocated_must_be_synchronous(base_config):
+    base_config["world"] = {"controller": 1, "generator": 0, "trainer": 0, "colocated": 2, "reward": 1}
+    base_config["run"]["max_staleness"] = 1
+    with pytest.raises(ConfigError, match=r"run.max_staleness: colocated ranks take turns"):
+        config.parse(base_config)
+
+
+def test_prompts_must_split_evenly_over_trainers(base_config):
+    base_config["world"]["trainer"] = 3
+    base_config["rollout"]["prompts_per_step"] = 4
+    with pytest.raises(ConfigError, match=r"rollout.prompts_per_step \(4\) must divide evenly over the 3"):
+        config.parse(base_config)
