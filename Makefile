@@ -34,10 +34,10 @@ demo: $(STAMP)
 test: test-unit test-mpi
 
 test-unit: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider tests --ignore=tests/mpi
+	$(PY) -m pytest -q --color=no -p no:cacheprovider tests --ignore=tests/mpi
 
 test-mpi: $(STAMP)
-	timeout 900 $(MPIRUN) -n $(NP) $(PY) -m pytest -q -p no:cacheprovider --with-mpi tests/mpi
+	timeout 900 $(MPIRUN) -n $(NP) $(PY) -m pytest -q --color=no -p no:cacheprovider --with-mpi tests/mpi
 
 bench: $(STAMP)
 	$(MPIRUN) -n 2 $(PY) bench/mailbox.py
