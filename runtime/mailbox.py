@@ -14,7 +14,9 @@ these all the time; code that sends and then computes for long without them shou
 
 from __future__ import annotations
 
+import collections
 import time
+from itertools import repeat
 from typing import Any, Iterable, NamedTuple
 
 from mpi4py import MPI
@@ -48,6 +50,8 @@ class Mailbox:
         self.mesh = mesh
         self.comm = mesh.comm.Dup()
         self.transport = MPITransport(self.comm, max_inflight_bytes=max_inflight_bytes)
+        self._inbox = self.transport.inbox
+        self._ready: collections.deque[Envelope] = collections.deque()  # decoded, not yet polled
         self.address = Address(mesh.role, mesh.index)
         # Looked up on every message: worked out once.
         self._senders = [Address(*mesh.whois(r)) for r in range(self.comm.Get_size())]
@@ -88,12 +92,28 @@ class Mailbox:
     # ---------------------------------------------------------------- receiving
 
     def poll(self) -> Envelope | None:
-        """The next message that has arrived, or None at once."""
-        got = self.transport.poll()
-        if got is None:
-            return None
-        source, header, buffers = got
-        return _tuple_new(Envelope, (self._senders[source], codec.decode(header, buffers)))
+        """The next message that has arrived, or None at once.
+
+        Raises :class:`~transports.codec.CodecError` for a message that does not decode (the
+        next poll goes on with the message after it).
+        """
+        ready = self._ready
+        if not ready:
+            inbox = self._inbox
+            got = inbox.popleft() if inbox else self.transport.poll()
+            if got is None:
+                return None
+            source, headers, buffers = got
+            if len(headers) == 1:
+                return _tuple_new(Envelope, (self._senders[source], codec.decode(headers[0], buffers)))
+            # A batch: decode it all in one go and queue the envelopes (built in C: map, zip).
+            # A message that failed to decode holds its exception, raised in its turn.
+            sender = repeat(self._senders[source])
+            ready.extend(map(_tuple_new, repeat(Envelope), zip(sender, codec.decode_many(headers))))
+        env = ready.popleft()
+        if isinstance(env.msg, Exception):
+            raise env.msg
+        return env
 
     def drain(self, limit: int | None = None) -> list[Envelope]:
         """Every message that has arrived by now (up to ``limit``), oldest first per sender."""
@@ -152,8 +172,10 @@ class Mailbox:
         self.closed = True
 
     def _drop_incoming(self) -> None:
-        while self.transport.poll() is not None:
-            self.dropped_after_close += 1
+        self.dropped_after_close += len(self._ready)
+        self._ready.clear()
+        while (got := self.transport.poll()) is not None:
+            self.dropped_after_close += len(got.headers)
 
     def _check(self, deadline: float, what: str) -> None:
         if time.monotonic() > deadline:

@@ -100,7 +100,7 @@ def _as_numpy(obj) -> tuple[np.ndarray, bool, str] | None:
 
 
 class _Encoder:
-    """msgpack's ``default`` hook, and the out-of-band buffers it has set aside so far."""
+    """A msgpack Packer, its ``default`` hook, and the out-of-band buffers the hook set aside."""
 
     def __init__(self, out_of_band: bool):
         self.out_of_band = out_of_band
@@ -108,7 +108,7 @@ class _Encoder:
         # Reused from message to message: making a Packer costs about as much as packing a
         # small message with it. A Packer starts afresh after an exception (autoreset).
         self.packer = msgpack.Packer(default=self.default, use_bin_type=True)
-        self.busy = False
+        self.busy = False  # packing: a Packer is not reentrant
 
     def default(self, obj):
         got = _as_numpy(obj)
@@ -133,31 +133,52 @@ class _Encoder:
             return list(obj)
         raise CodecError(f"cannot encode a value of type {type(obj).__name__}")
 
-    def pack(self, body: dict):
-        """(packed bytes, out-of-band buffers); not reentrant, see :func:`_pack`."""
-        self.frames = []
-        self.busy = True
-        try:
-            return self.packer.pack(body), self.frames
-        finally:
-            self.busy = False
+
+_local = threading.local()  # .encoders: this thread's pair (a Packer is not thread-safe)
 
 
-_local = threading.local()  # one pair of encoders per thread: a Packer is not thread-safe
-
-
-def _pack(body: dict, out_of_band: bool):
+def _pack(msg, out_of_band: bool) -> tuple:
+    """(packed bytes, out-of-band buffers) of a registered message."""
+    cls = type(msg)
+    prefix, skip, type_name, names = _ENCODE_SPECS.get(cls) or _encode_spec(cls)
+    fields = getattr(msg, "__dict__", None)
+    if fields is None or len(fields) != len(names):
+        # Not the usual dataclass instance, whose dict holds just the fields (its __init__
+        # set them all; had one been deleted and another attribute set, the receiver would
+        # refuse the message, naming the stray field): build the map field by field.
+        fields = {"type": type_name, "v": SCHEMA_VERSION}
+        for name in names:
+            fields[name] = getattr(msg, name)
+        prefix = None
     try:
         enc = _local.encoders[out_of_band]
     except AttributeError:
-        _local.encoders = (_Encoder(False), _Encoder(True))
+        _local.encoders = (_Encoder(out_of_band=False), _Encoder(out_of_band=True))
         enc = _local.encoders[out_of_band]
-    if enc.busy:  # re-entered on this thread (from a hook): use a fresh encoder
+    if enc.busy:  # re-entered from a hook on this thread: a private encoder
         enc = _Encoder(out_of_band)
-    return enc.pack(body)
+    enc.busy = True
+    try:
+        packed = enc.packer.pack(fields)
+        frames = enc.frames
+        if frames:
+            enc.frames = []
+        else:
+            frames = ()
+    except BaseException:
+        enc.frames = []
+        raise
+    finally:
+        enc.busy = False
+    if prefix is not None:
+        # The instance dict packed as it is, then its map header swapped for one that also
+        # counts "type" and "v", and those two entries, packed once per class.
+        packed = prefix + packed[skip:]
+    return packed, frames
 
 
-# Per message class: (wire name, field names, field-name set), worked out on first use.
+# Per message class: (packed map header and "type"/"v" entries, size of the map header of
+# the fields alone, wire name, field names), worked out on first use.
 _ENCODE_SPECS: dict[type, tuple] = {}
 
 
@@ -166,33 +187,25 @@ def _encode_spec(cls) -> tuple:
     if type_name is None:
         raise CodecError(f"{cls.__name__} is not a registered message type")
     names = tuple(f.name for f in dataclasses.fields(cls))
-    spec = _ENCODE_SPECS[cls] = (type_name, names, frozenset(names))
+
+    def map_header(n: int) -> bytes:  # msgpack's fixmap or map16 (a message has < 65536 fields)
+        return bytes([0x80 | n]) if n < 16 else b"\xde" + n.to_bytes(2, "big")
+
+    prefix = map_header(len(names) + 2) + msgpack.packb("type") + msgpack.packb(type_name) + \
+        msgpack.packb("v") + msgpack.packb(SCHEMA_VERSION)
+    spec = _ENCODE_SPECS[cls] = (prefix, len(map_header(len(names))), type_name, names)
     return spec
-
-
-def _to_map(msg) -> dict:
-    cls = type(msg)
-    spec = _ENCODE_SPECS.get(cls) or _encode_spec(cls)
-    type_name, names, name_set = spec
-    attrs = getattr(msg, "__dict__", None)
-    if attrs is not None and attrs.keys() == name_set:
-        # The usual dataclass: its instance dict holds exactly the fields (one C-level copy).
-        return {"type": type_name, "v": SCHEMA_VERSION, **attrs}
-    body = {"type": type_name, "v": SCHEMA_VERSION}
-    for name in names:
-        body[name] = getattr(msg, name)
-    return body
 
 
 def encode(msg) -> bytes:
     """Encode a registered message into one self-contained byte string."""
-    return _pack(_to_map(msg), out_of_band=False)[0]
+    return _pack(msg, out_of_band=False)[0]
 
 
 def encode_frames(msg) -> list:
     """Encode into ``[header, *buffers]``: large arrays are left as raw buffers (no copy)."""
-    header, frames = _pack(_to_map(msg), out_of_band=True)
-    return [header, *frames]
+    header, buffers = _pack(msg, out_of_band=True)
+    return [header, *buffers] if buffers else [header]
 
 
 # ----------------------------------------------------------------------------- decoding
@@ -291,44 +304,55 @@ def decode(data, frames=()) -> Any:
                                else _EXT_HOOK_NO_FRAMES, strict_map_key=False)
     except CodecError:
         raise
-    except msgpack.ExtraData:
-        raise CodecError("message has trailing bytes after its end") from None
-    except (ValueError, msgpack.UnpackException, TypeError) as e:
-        raise CodecError(f"malformed or truncated message bytes: {e}") from None
+    except _UNPACK_ERRORS as e:
+        raise _bad_bytes(e) from None
+    try:
+        build = _BUILDERS[body["type"]]
+    except Exception:  # not a map, no or an odd type name, or a type not seen before
+        build = _builder_for(body)
+    msg = build(body)
+    return msg if msg is not None else _from_map(body)
+
+
+def decode_many(datas) -> list:
+    """Decode several buffer-less messages: a list holding each message or, in its place, the
+    exception decoding it raised (a :class:`CodecError`, or one from the message class's
+    own ``__init__``): one bad message costs no other."""
+    out = []
+    append = out.append
+    unpackb, builders, hook = msgpack.unpackb, _BUILDERS, _EXT_HOOK_NO_FRAMES
+    for data in datas:  # decode(data), inlined: this loop runs once per small message
+        try:
+            try:
+                body = unpackb(data, raw=False, ext_hook=hook, strict_map_key=False)
+            except CodecError:
+                raise
+            except _UNPACK_ERRORS as e:
+                raise _bad_bytes(e) from None
+            try:
+                build = builders[body["type"]]
+            except Exception:
+                build = _builder_for(body)
+            msg = build(body)
+            append(msg if msg is not None else _from_map(body))
+        except Exception as e:
+            append(e)
+    return out
+
+
+_UNPACK_ERRORS = (ValueError, msgpack.UnpackException, TypeError)
+
+
+def _bad_bytes(e: Exception) -> CodecError:
+    if isinstance(e, msgpack.ExtraData):
+        return CodecError("message has trailing bytes after its end")
+    return CodecError(f"malformed or truncated message bytes: {e}")
+
+
+def _from_map(body):
+    """The careful path: validate ``body`` step by step and name the first problem."""
     if type(body) is not dict:
         raise CodecError(f"a message must be a map, got {type(body).__name__}")
-    # Fast path: a well-formed message of a known type, every field present, each value of
-    # a type its hint accepts. Anything else takes _from_map, which names the problem.
-    type_name = body.get("type")
-    spec = _DECODE_SPECS.get(type_name) if type(type_name) is str else None
-    if spec is None:
-        spec = _decode_spec(type_name)
-    if spec is not None and len(body) == spec[1] and body.get("v") == SCHEMA_VERSION:
-        cls, _, typed, untyped, deep, plain = spec
-        try:
-            for name, allowed in typed:
-                if type(body[name]) not in allowed:
-                    break
-            else:
-                for name in untyped:
-                    body[name]
-                for name, fits in deep:
-                    if not fits(body[name]):
-                        break
-                else:
-                    del body["type"], body["v"]
-                    if plain:  # what the generated __init__ would do, without its Python frame
-                        msg = _object_new(cls)
-                        msg.__dict__.update(body)
-                        return msg
-                    return cls(**body)
-        except KeyError:  # a field is missing (so some other key is extra): let _from_map say which
-            pass
-    return _from_map(body)
-
-
-def _from_map(body: dict):
-    """The careful path: validate ``body`` step by step and name the first problem."""
     type_name = body.pop("type", None)
     if type_name is None:
         raise CodecError("message has no 'type' field")
@@ -372,55 +396,83 @@ def _schema(cls) -> tuple:
     return got
 
 
-# Decoding is on every message's path: the per-class facts are worked out once, per type
-# name: (class, number of map keys, ((field, exact types that fit), ...), (fields of any type,
-# ...), ((field, fits(value) -> bool), ...)). Testing the exact type suffices because a decoded
-# value is one of a few known types (msgpack's, plus arrays and tensors).
-_DECODE_SPECS: dict[str, tuple] = {}
+# Decoding is on every message's path, so each message type gets a builder: a function,
+# written for that type when its first message comes, that takes a decoded map and returns
+# the message if the map is well-formed (every field there, no other, each value of a type its
+# hint accepts), else None, and then _from_map finds and names the problem. Testing each
+# value's exact type suffices because a decoded value is one of a few known types (msgpack's,
+# plus arrays and tensors). Generated code, as dataclasses does for __init__: one flat
+# expression costs a fraction of a loop over per-field checks.
+_BUILDERS: dict[str, Any] = {}
 
 _NONE = type(None)
 _DECODED_TYPES = (int, float, str, bytes, bool, _NONE, list, dict, np.ndarray) + (
     (torch.Tensor,) if torch is not None else ())
 
 
-def _decode_spec(type_name):
-    """The fast-path facts for a registered type name, or None (unknown or unhashable name)."""
-    try:
-        cls = _REGISTRY.get(type_name)
-    except TypeError:
-        return None
-    if cls is None:
-        return None
+def _never(body) -> None:
+    return None
+
+
+def _builder_for(body):
+    """The builder for ``body``'s type (made now if need be), or one that always says None."""
+    type_name = body.get("type") if type(body) is dict else None
+    if type(type_name) is not str or type_name not in _REGISTRY:
+        return _never
+    build = _BUILDERS[type_name] = _make_builder(_REGISTRY[type_name])
+    return build
+
+
+def _make_builder(cls):
     hints = _hints(cls)
-    typed, untyped, deep = [], [], []
-    for f in dataclasses.fields(cls):
-        hint = hints[f.name]
-        exact = _exact_types(hint)
-        fits = None if exact is not None else _fits_for(hint)
+    env = {"cls": cls, "new": object.__new__, "VERSION": SCHEMA_VERSION}
+    names = [f.name for f in dataclasses.fields(cls)]
+    tests = []
+    for i, name in enumerate(names):
+        exact = _exact_types(hints[name])
+        fits = None if exact is not None else _fits_for(hints[name])
         if exact is not None:
-            typed.append((f.name, exact))
-        elif fits is None:
-            untyped.append(f.name)
-        else:
-            deep.append((f.name, fits))
-    spec = (cls, 2 + len(typed) + len(untyped) + len(deep), tuple(typed), tuple(untyped), tuple(deep),
-            _is_plain(cls))
-    _DECODE_SPECS[type_name] = spec
-    return spec
-
-
-_object_new = object.__new__
+            env[f"t{i}"] = exact
+            tests.append(f"type(v{i}) in t{i}")
+        elif fits is not None:
+            env[f"f{i}"] = fits
+            tests.append(f"f{i}(v{i})")
+        # else: any value fits, it only has to be there
+    take = "\n        ".join(f"v{i} = body[{name!r}]" for i, name in enumerate(names))
+    if _is_plain(cls):
+        # Exactly what its __init__ does (self.<field> = <value>, in order), without the call.
+        make = "\n        ".join(["msg = new(cls)"] + [f"msg.{name} = v{i}" for i, name in enumerate(names)])
+        make += "\n        return msg"
+    else:
+        make = "return cls(" + ", ".join(f"{name}=v{i}" for i, name in enumerate(names)) + ")"
+    source = f"""\
+def build(body):
+    if len(body) != {2 + len(names)} or body.get("v") != VERSION:
+        return None
+    try:
+        {take or "pass"}
+    except KeyError:
+        return None
+    if {" and ".join(tests) or "True"}:
+        {make}
+    return None
+"""
+    exec(compile(source, f"<codec builder for {cls.__name__}>", "exec"), env)
+    return env["build"]
 
 
 def _is_plain(cls) -> bool:
-    """True if ``cls(**fields)`` only stores the fields in the instance dict: the __init__ is
-    the one dataclasses wrote (its code has no file), with no __post_init__ and no slots."""
+    """True if ``cls(**fields)`` only sets the fields, in order, with plain attribute stores:
+    the __init__ is the one dataclasses wrote (its code has no file), the class is not
+    frozen, has no __post_init__, no own __setattr__, and every field is an __init__ argument."""
     init = cls.__dict__.get("__init__")
+    params = getattr(cls, "__dataclass_params__", None)
     return (
         init is not None
         and getattr(getattr(init, "__code__", None), "co_filename", None) == "<string>"
+        and params is not None and not params.frozen
         and not hasattr(cls, "__post_init__")
-        and "__slots__" not in cls.__dict__
+        and cls.__setattr__ is object.__setattr__
         and all(f.init for f in dataclasses.fields(cls))
     )
 

@@ -61,8 +61,10 @@ _tuple_new = tuple.__new__  # builds a Received without the Python frame of its 
 
 
 class Received(NamedTuple):
+    """One message, or a batch of buffer-less messages, from one source."""
+
     source: int  # rank in the transport's communicator
-    header: bytes | memoryview
+    headers: list  # the message's header (bytes or memoryview); a batch: each message's
     buffers: list  # numpy uint8 arrays, one per out-of-band buffer (most messages: none)
 
 
@@ -141,7 +143,9 @@ class MPITransport:
         self._inflight_bytes = 0
         self._batches: dict[int, bytearray] = {}  # destination -> batch not yet sent
         self._last_header: dict[int, MPI.Request] = {}  # destination -> last header send
-        self._inbox: collections.deque[Received] = collections.deque()
+        # Received and not yet handed out, oldest first. Public so that a caller on the hot
+        # path may take from it directly: poll() is the same thing when it is not empty.
+        self.inbox: collections.deque[Received] = collections.deque()
         self._status = MPI.Status()  # reused by every probe
         self.bytes_sent = 0
         self.bytes_received = 0
@@ -244,15 +248,15 @@ class MPITransport:
     # ---------------------------------------------------------------- receiving
 
     def poll(self) -> Received | None:
-        """Return the next received message, or None at once if none has arrived."""
-        if self._inbox or self._receive():
-            return self._inbox.popleft()
+        """Return the next received message (or batch), or None at once if none has arrived."""
+        if self.inbox or self._receive():
+            return self.inbox.popleft()
         if self._batches:  # nothing to read: an idle point, so nothing of ours may wait
             self.progress()
         return None
 
     def _receive(self) -> bool:
-        """Receive one header message (one message or a batch) into the inbox, if one has come."""
+        """Receive one header message (a message or a batch) into the inbox, if one has come."""
         status = self._status
         msg = self.comm.improbe(MPI.ANY_SOURCE, HEADER_TAG, status)
         if msg is None:
@@ -269,13 +273,14 @@ class MPITransport:
             # bytes, once: each message's slice of it is then a cheap copy, and msgpack
             # reads bytes faster than a memoryview.
             data = bytes(data)
-            inbox, offset = self._inbox, 4
+            headers, offset = [], 4
             while offset < count:
                 (n,) = _U32.unpack_from(data, offset)
                 offset += 4 + n
-                if offset > count:
-                    raise RuntimeError(f"MPI transport: a batch from rank {source} is cut short")
-                inbox.append(_tuple_new(Received, (source, data[offset - n : offset], _NO_BUFFERS)))
+                headers.append(data[offset - n : offset])
+            if offset != count:
+                raise RuntimeError(f"MPI transport: a batch from rank {source} is cut short")
+            self.inbox.append(_tuple_new(Received, (source, headers, _NO_BUFFERS)))
             return True
         # One message. Small headers are copied into bytes (see above); large ones are not.
         header = bytes(data[4:]) if count <= 65536 else memoryview(data)[4:]
@@ -289,7 +294,7 @@ class MPITransport:
                 bmsg.Recv([buf, MPI.BYTE])
                 self.bytes_received += buf.nbytes
                 buffers.append(buf)
-        self._inbox.append(Received(source, header, buffers))
+        self.inbox.append(_tuple_new(Received, (source, [header], buffers)))
         return True
 
 
