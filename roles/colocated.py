@@ -12,10 +12,9 @@ from __future__ import annotations
 import collections
 import time
 
-import numpy as np
-
 from roles.engines.base import SamplingConfig
-from roles.messages import BatchDone, PromptBatch, Rollout
+from roles.generator import publish_groups
+from roles.messages import BatchDone, PromptBatch
 from roles.trainer import TrainerActor
 from runtime import Envelope, handles
 
@@ -72,17 +71,7 @@ class ColocatedActor(TrainerActor):
         with self.spans.span("generate"):
             groups = self.engine.generate(batch.prompts, batch.samples_per_prompt, sampling)
         generate_s = time.perf_counter() - t0
-        tokens = 0
-        for pid, group_id, prompt, samples in zip(batch.prompt_ids, batch.group_ids, batch.prompts, groups):
-            self.mailbox.send(("reward", group_id % self.n_reward), Rollout(
-                prompt_id=pid, group_id=group_id, step=batch.step,
-                prompt_ids=np.asarray(prompt, dtype=np.int32),
-                response_ids=[s.response_ids for s in samples],
-                logprobs=[s.logprobs for s in samples],
-                finish_reasons=[s.finish_reason for s in samples],
-                policy_version=self.version, timings={"generate_s": generate_s},
-            ))
-            tokens += sum(len(s.response_ids) for s in samples)
+        tokens = publish_groups(self.mailbox, batch, groups, self.version, generate_s, self.n_reward)
         self.mailbox.send(("controller", 0), BatchDone(
             batch_id=batch.batch_id, step=batch.step, groups=len(groups), tokens=tokens,
             policy_version=self.version, generate_s=generate_s, wait_s=0.0,

@@ -18,6 +18,22 @@ from roles.messages import BatchDone, FinalVersion, PromptBatch, Rollout, Weight
 from runtime import Actor, Envelope, handles
 
 
+def publish_groups(mailbox, batch: PromptBatch, groups, version: int, generate_s: float, n_reward: int) -> int:
+    """Send each sampled group of ``batch`` to its reward rank; return the tokens generated."""
+    tokens = 0
+    for pid, group_id, prompt, samples in zip(batch.prompt_ids, batch.group_ids, batch.prompts, groups):
+        mailbox.send(("reward", group_id % n_reward), Rollout(
+            prompt_id=pid, group_id=group_id, step=batch.step,
+            prompt_ids=np.asarray(prompt, dtype=np.int32),
+            response_ids=[s.response_ids for s in samples],
+            logprobs=[s.logprobs for s in samples],
+            finish_reasons=[s.finish_reason for s in samples],
+            policy_version=version, timings={"generate_s": generate_s},
+        ))
+        tokens += sum(len(s.response_ids) for s in samples)
+    return tokens
+
+
 class GeneratorActor(Actor):
     def __init__(self, mailbox, cfg, engine, receiver, version: int = 0):
         super().__init__(mailbox)
@@ -115,21 +131,7 @@ class GeneratorActor(Actor):
         with self.spans.span("generate"):
             groups = self.engine.generate(batch.prompts, batch.samples_per_prompt, sampling)
         generate_s = time.perf_counter() - t0
-        tokens = 0
-        for pid, group_id, prompt, samples in zip(batch.prompt_ids, batch.group_ids, batch.prompts, groups):
-            rollout = Rollout(
-                prompt_id=pid,
-                group_id=group_id,
-                step=batch.step,
-                prompt_ids=np.asarray(prompt, dtype=np.int32),
-                response_ids=[s.response_ids for s in samples],
-                logprobs=[s.logprobs for s in samples],
-                finish_reasons=[s.finish_reason for s in samples],
-                policy_version=self.version,
-                timings={"generate_s": generate_s},
-            )
-            tokens += sum(len(s.response_ids) for s in samples)
-            self.mailbox.send(("reward", group_id % self.n_reward), rollout)
+        tokens = publish_groups(self.mailbox, batch, groups, self.version, generate_s, self.n_reward)
         self.mailbox.send(("controller", 0), BatchDone(
             batch_id=batch.batch_id, step=batch.step, groups=len(groups), tokens=tokens,
             policy_version=self.version, generate_s=generate_s, wait_s=wait_s,

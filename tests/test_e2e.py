@@ -98,3 +98,12 @@ def test_sharded_trainers_feed_two_generators(tmp_path, sft_model):
 
     model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "run" / "policy"))
     assert sum(p.numel() for p in model.parameters()) > 500_000
+
+
+def test_colocated_ranks_take_turns(tmp_path, sft_model):
+    """The DeepSpeed-Chat-like baseline: 2 ranks generate, then train data-parallel, in turn."""
+    metrics = run(tmp_path, sft_model, world={"generator": {"ranks": 0}, "trainer": 0, "colocated": 2},
+                  run={"steps": 3, "max_staleness": 0})
+    assert [m["policy_version"] for m in metrics] == [1, 2, 3]
+    assert all(m["staleness_max"] == 0 and m["trainer"]["samples"] == 16 * 8 for m in metrics)
+    assert set(metrics[-1]["busy"]) == {"colocated", "reward"}
