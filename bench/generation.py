@@ -1,13 +1,14 @@
 """Sampling throughput of the three ways a generator can decode, side by side, in one run.
 
-vLLM (in-process ``vllm.LLM``), our torch engine (a hand-written KV-cache loop) and Hugging
-Face ``model.generate(do_sample=True)`` sample from the same locally built ~25M-parameter
+vLLM (in-process ``vllm.LLM``, compiled, i.e. ``world.generator.compile: true``; and eager,
+the CPU default, which starts a minute sooner), our torch engine (a hand-written KV-cache loop)
+and Hugging Face ``model.generate(do_sample=True)`` sample from the same locally built ~25M-parameter
 Llama (``BENCH_25M``), the same 64 prompts, 128 new tokens each. EOS is suppressed in all
 three (vLLM ``ignore_eos``, torch/HF ``min_new_tokens``) so every one produces exactly
 64 x 128 tokens; temperature 1, no top-p. One JSON line on stdout:
 
-    {"vllm_tok_s": ..., "torch_tok_s": ..., "hf_generate_tok_s": ...,
-     "vllm_over_hf": ..., "torch_over_hf": ..., "vllm_over_torch": ..., ...}
+    {"vllm_tok_s": ..., "vllm_eager_tok_s": ..., "torch_tok_s": ..., "hf_generate_tok_s": ...,
+     "vllm_over_hf": ..., "vllm_eager_over_hf": ..., "torch_over_hf": ..., ...}
 
 Each engine is warmed up on a small batch, then timed ``--rounds`` times, the rounds
 interleaved across engines so a burst of load on a shared machine hits all of them; the
@@ -58,7 +59,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="mpirl-bench-gen-") as tmp:
         model_dir = build_tiny_llama(tmp, ALPHABET, **BENCH_25M.kwargs(), seed=args.seed)
-        runners, n_params, vllm_build_s = _runners(model_dir, args)
+        runners, n_params, build_s = _runners(model_dir, args)
         rng = np.random.default_rng(args.seed)
         vocab = 3 + len(ALPHABET)
         prompts = [rng.integers(3, vocab, args.prompt_len).astype(np.int32) for _ in range(B)]
@@ -88,9 +89,11 @@ def main() -> None:
         "rounds": args.rounds,
         "stat": "best round",
         "vllm_tok_s": round(wall["vllm"], 1),
+        "vllm_eager_tok_s": round(wall["vllm_eager"], 1),
         "torch_tok_s": round(wall["torch"], 1),
         "hf_generate_tok_s": round(wall["hf_generate"], 1),
         "vllm_over_hf": round(wall["vllm"] / wall["hf_generate"], 3),
+        "vllm_eager_over_hf": round(wall["vllm_eager"] / wall["hf_generate"], 3),
         "torch_over_hf": round(wall["torch"] / wall["hf_generate"], 3),
         "vllm_over_torch": round(wall["vllm"] / wall["torch"], 3),
         # Per CPU-second: what a core of its own would give. On a shared machine (load above
@@ -99,8 +102,10 @@ def main() -> None:
         "torch_tok_per_cpu_s": round(cpu["torch"], 1),
         "hf_generate_tok_per_cpu_s": round(cpu["hf_generate"], 1),
         "vllm_over_hf_cpu": round(cpu["vllm"] / cpu["hf_generate"], 3),
+        "vllm_eager_over_hf_cpu": round(cpu["vllm_eager"] / cpu["hf_generate"], 3),
         "torch_over_hf_cpu": round(cpu["torch"] / cpu["hf_generate"], 3),
-        "vllm_build_s": round(vllm_build_s, 1),
+        "vllm_build_s": round(build_s["vllm"], 1),  # includes torch.compile
+        "vllm_eager_build_s": round(build_s["vllm_eager"], 1),
         "load_avg_1m": round(os.getloadavg()[0], 2),
         "cores": os.cpu_count(),
     }
@@ -117,21 +122,26 @@ def _runners(model_dir: Path, args):
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
     n_params = sum(p.numel() for p in model.parameters())
     torch_engine = TorchEngine(model)  # shares the HF model's weights
-    t0 = time.perf_counter()
-    vllm = VllmEngine(
-        VllmEngine.Config(
-            model=str(model_dir), max_num_seqs=args.batch, kv_cache_gib=1.0,
-            cpu_threads=args.threads, seed=args.seed,
+    engines, build_s = {}, {}
+    for name, eager in (("vllm", False), ("vllm_eager", True)):
+        t0 = time.perf_counter()
+        engines[name] = VllmEngine(
+            VllmEngine.Config(
+                model=str(model_dir), max_num_seqs=args.batch, kv_cache_gib=0.5,
+                cpu_threads=args.threads, seed=args.seed, enforce_eager=eager,
+            )
         )
-    )
-    vllm_build_s = time.perf_counter() - t0
+        build_s[name] = time.perf_counter() - t0
 
     def sampling(new_tokens: int) -> SamplingConfig:
         return SamplingConfig(temperature=1.0, top_p=1.0, max_new_tokens=new_tokens)
 
-    def run_vllm(prompts, new_tokens):
-        out = vllm.generate(prompts, n=1, sampling=sampling(new_tokens), ignore_eos=True)
-        return sum(len(g[0].response_ids) for g in out)
+    def vllm_runner(engine):
+        def run(prompts, new_tokens):
+            out = engine.generate(prompts, n=1, sampling=sampling(new_tokens), ignore_eos=True)
+            return sum(len(g[0].response_ids) for g in out)
+
+        return run
 
     def run_torch(prompts, new_tokens):
         # min_new_tokens = new_tokens: EOS banned throughout (what bench_vs_hf_generate does).
@@ -148,7 +158,8 @@ def _runners(model_dir: Path, args):
             )
         return (out.shape[1] - ids.shape[1]) * ids.shape[0]
 
-    return {"vllm": run_vllm, "torch": run_torch, "hf_generate": run_hf}, n_params, vllm_build_s
+    runners = {name: vllm_runner(engine) for name, engine in engines.items()}
+    return runners | {"torch": run_torch, "hf_generate": run_hf}, n_params, build_s
 
 
 if __name__ == "__main__":

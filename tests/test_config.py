@@ -119,6 +119,23 @@ def test_non_positive_size(base_config, dotted, value, where):
     assert f"{where}: " in text, text
 
 
+def test_compile_is_a_vllm_option(base_config):
+    text = error_of(mutate(base_config, "world.generator", {"ranks": 1, "compile": True}))
+    assert "world.generator" in text and "compile applies to engine: vllm only" in text, text
+
+
+def test_compile_reaches_the_vllm_engine_config(base_config, monkeypatch):
+    from roles.engines import vllm_engine
+
+    seen = []
+    monkeypatch.setattr(vllm_engine.VllmEngine, "__init__", lambda self, config: seen.append(config))
+    for compile_, eager in ((None, None), (True, False), (False, True)):
+        generator = {"ranks": 1, "engine": "vllm", "compile": compile_}
+        cfg = config.parse(mutate(base_config, "world.generator", generator))
+        vllm_engine.VllmEngine.from_role_map(cfg)
+        assert seen[-1].enforce_eager is eager
+
+
 def test_no_generator_or_trainer_names_the_world(base_config):
     text = error_of(mutate(base_config, "world.generator", 0))
     assert "world" in text and "generator" in text
