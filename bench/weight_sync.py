@@ -17,7 +17,9 @@ median seconds of one sync, barrier to barrier, for:
   trainer 0 assembles the full model, then broadcasts it to the generators in buckets.
 - raw_s: the same bytes as direct (each trainer's shard to each generator) as one flat
   isend/irecv per trainer-generator pair: no plan, no packing, no buckets. The ceiling.
-- direct_mpi_s (unless --no-mpi): the same plan over MPI buffers (mpi4py, numpy views).
+- direct_mpi_s (unless --no-mpi): the same plan over MPI buffers (mpi4py, numpy views), and
+  raw_mpi_s, the raw transfer over MPI (one ``Isend`` per trainer-generator pair): the ceiling
+  of that transport (``raw_bw_ratio_mpi``).
 
 Repetitions alternate between the contenders so that drift on a shared machine hits all alike;
 figures are medians, ``min_s`` holds each contender's best round and ``loadavg_1m`` the
@@ -111,7 +113,8 @@ class Bench:
         meta = {t: [ShardMeta(n, s, self.args.dtype, *chunk_range(s[0], 2, t)) for n, s in shapes]
                 for t in TRAINERS}
         bucket = self.args.bucket_mib << 20
-        plan = build_plan(meta, {g: Need() for g in GENERATORS}, bucket_bytes=bucket)
+        pack_below = {} if self.args.pack_below_kib is None else {"pack_below": self.args.pack_below_kib << 10}
+        plan = build_plan(meta, {g: Need() for g in GENERATORS}, bucket_bytes=bucket, **pack_below)
         full_offs, full_total = layout(torch.Size(s).numel() * self.itemsize for _, s in shapes)
         shard_bytes = [plan.nbytes_from(tr) // len(GENERATORS) for tr in TRAINERS]
 
@@ -143,7 +146,8 @@ class Bench:
                 ep.wait()
             else:
                 ep.start(version[0])
-                self.check(dict(ep.finish()), shapes)
+                out = ep.finish()
+                return lambda: self.check(dict(out), shapes)  # after the clock stops
 
         def gather_bcast():
             if self.rank == 1:
@@ -171,6 +175,16 @@ class Bench:
             for w in works:
                 w.wait()
 
+        def raw_mpi():
+            if self.is_trainer:
+                flat = local_flat[:shard_bytes[TRAINERS.index(self.rank)]].numpy()
+                reqs = [self.mpi_comm.Isend(flat, dest=g, tag=7) for g in GENERATORS]
+            else:
+                buf = full.numpy()
+                reqs = [self.mpi_comm.Irecv(buf[:shard_bytes[0]], source=0, tag=7),
+                        self.mpi_comm.Irecv(buf[shard_bytes[0]:sum(shard_bytes)], source=1, tag=7)]
+            MPI.Request.Waitall(reqs)
+
         def endpoint(channel, copy=True):
             if self.is_trainer:
                 return WeightSender(plan, channel, copy=copy)
@@ -188,7 +202,7 @@ class Bench:
         gc.collect()
         if self.args.mpi:  # after the others, to keep one staging copy in memory at a time
             ep_mpi = endpoint(MPIChannel(self.mpi_comm), copy=False)
-            times.update(self.timed({"direct_mpi_s": lambda: direct(ep_mpi)}))
+            times.update(self.timed({"direct_mpi_s": lambda: direct(ep_mpi), "raw_mpi_s": raw_mpi}))
             del ep_mpi
 
         med = {k: statistics.median(v) for k, v in times.items()}
@@ -201,6 +215,7 @@ class Bench:
                "raw_gbps": round(recv_bytes / med["raw_s"] / 1e9, 3)}
         if "direct_mpi_s" in med:
             out["direct_mpi_gbps"] = round(recv_bytes / med["direct_mpi_s"] / 1e9, 3)
+            out["raw_bw_ratio_mpi"] = round(med["raw_mpi_s"] / med["direct_mpi_s"], 3)
         # best rounds: what each contender does when the machine's other load leaves it alone
         out["min_s"] = {k.removesuffix("_s"): round(min(v), 4) for k, v in times.items()}
         if self.rank == 0:
@@ -211,16 +226,22 @@ class Bench:
         return out
 
     def timed(self, contenders):
-        """Seconds per call of each contender, barrier to barrier; rounds alternate contenders."""
+        """Seconds per call of each contender, barrier to barrier; rounds alternate contenders.
+
+        A contender may return a check of what it received: it runs after the clock stops
+        (raw and gather+broadcast are not checked, so the direct plan is not charged for it).
+        """
         times = {k: [] for k in contenders}
         for rep in range(self.args.reps + 1):  # the first round warms up and is dropped
             for key, fn in contenders.items():
                 self.comm.Barrier()
                 t0 = time.perf_counter()
-                fn()
+                verify = fn()
                 self.comm.Barrier()
                 if rep:
                     times[key].append(time.perf_counter() - t0)
+                if verify is not None:
+                    verify()
         # every rank saw the same barriers; rank 0's clock decides
         return self.comm.bcast(times, root=0)
 
@@ -241,6 +262,8 @@ def main():
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--bucket-mib", type=int, default=64)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--pack-below-kib", type=int, default=None,
+                    help="pieces smaller than this share flat messages (default: the CPU default)")
     ap.add_argument("--no-mpi", dest="mpi", action="store_false",
                     help="skip the MPI-buffer transport")
     args = ap.parse_args()

@@ -67,6 +67,10 @@ class WeightSender:
         if self.rank not in plan.trainers:
             raise ValueError(f"rank {self.rank} is not a trainer of this plan {plan.trainers}")
         self._msgs = plan.sends(self.rank)
+        # Each trainer walks the generators from a different starting point, so that at any
+        # moment the trainers feed different generators instead of queueing on the same one.
+        turn = plan.trainers.index(self.rank)
+        self._dsts = [m.dsts[turn % len(m.dsts):] + m.dsts[:turn % len(m.dsts)] for m in self._msgs]
         self._inplace = [not copy and self._whole_rows(m) for m in self._msgs]
         self._offs, self._total = layout(0 if inp else m.nbytes
                                          for m, inp in zip(self._msgs, self._inplace))
@@ -84,7 +88,7 @@ class WeightSender:
             self._arena = torch.empty(self._total, dtype=torch.uint8, device=device)
         t0 = time.perf_counter()
         handles = []
-        for msg, off, inplace in zip(self._msgs, self._offs, self._inplace):
+        for msg, dsts, off, inplace in zip(self._msgs, self._dsts, self._offs, self._inplace):
             if inplace:
                 pc = msg.pieces[0]
                 s = by_name[pc.name]
@@ -92,7 +96,7 @@ class WeightSender:
             else:
                 flat = self._arena[off:off + msg.nbytes]
                 pack(msg, flat, by_name)  # pipelined: earlier messages are on the wire meanwhile
-            handles += [self.channel.isend(flat, dst, msg.tag) for dst in msg.dsts]
+            handles += [self.channel.isend(flat, dst, msg.tag) for dst in dsts]
         self._handles, self._t0 = handles, t0
         self.stats = SyncStats(version, self.plan.nbytes_from(self.rank), len(handles),
                                post_s=time.perf_counter() - t0)
