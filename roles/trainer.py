@@ -3,12 +3,20 @@
 With several trainer ranks the policy is sharded (FSDP2) over the trainers' communicator
 and each rank trains on its fixed share of the step's groups; the loss is scaled so that
 FSDP's gradient average equals the token mean over the *whole* step's batch.
+
+Groups whose samples all scored the same carry zero advantages and are left out of the
+forward/backward passes (``algorithm.skip_zero_advantage``); their tokens still count in the
+token mean, so the update is unchanged. A sharded rank left with fewer micro-batches than
+another runs zero-weight passes so that FSDP's collectives stay in step. GRPO's optional KL
+term reads the frozen reference model that ``roles.weights`` loads when ``kl_coef > 0``.
 """
 
 from __future__ import annotations
 
 import collections
 import time
+
+import numpy as np
 
 import torch
 import torch.distributed as dist
@@ -38,6 +46,9 @@ class TrainerActor(Actor):
         super().__init__(mailbox)
         self.cfg = cfg
         self.model = policy.model
+        self.reference = getattr(policy, "reference", None)  # frozen; GRPO's KL anchor
+        if cfg.algorithm.kl_coef and self.reference is None:
+            raise ValueError("algorithm.kl_coef > 0 needs the policy's reference model")
         self.local_params = policy.local_params  # callable -> what the weight sender pushes
         self.sender = sender
         self.dp_group = dp_group  # torch.distributed group of the trainers (None: one trainer)
@@ -106,17 +117,24 @@ class TrainerActor(Actor):
         t0 = time.perf_counter()
         algo, temperature = self.cfg.algorithm, self.cfg.rollout.temperature
         prompts, responses, mus, advs, rewards, staleness = [], [], [], [], [], []
+        local_tokens = 0
         for g in groups:
+            rewards.extend(g.rewards)
+            staleness.append(self.version - g.policy_version)
+            local_tokens += sum(len(x) for x in g.response_ids)
+            if algo.skip_zero_advantage and not algo.kl_coef and np.ptp(g.rewards) == 0:
+                # Every sample scored the same: all advantages are 0, so the group adds
+                # nothing to the gradient. Its tokens still count in the token mean below,
+                # which keeps the update exactly what training on it would give.
+                continue
             a = adv_lib.group_advantages(g.rewards, algo.advantage)
             for ids, lp, ai in zip(g.response_ids, g.logprobs, a.tolist()):
                 prompts.append(g.prompt_ids)
                 responses.append(ids)
                 mus.append(lp)
                 advs.append(ai)
-            rewards.extend(g.rewards)
-            staleness.append(self.version - g.policy_version)
 
-        local_tokens = sum(len(x) for x in responses)
+        trained_samples = len(responses)
         total_tokens = self._sum_across_trainers(float(local_tokens))
         # FSDP averages gradients over trainers; scaling by n/total makes that average the
         # token mean over the whole step (ranks' token counts differ).
@@ -124,20 +142,35 @@ class TrainerActor(Actor):
 
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss_sum, sums = 0.0, collections.Counter()
+        loss_sum, trained_tokens, sums = 0.0, 0.0, collections.Counter()
         mb = algo.micro_batch
-        for start in range(0, len(responses), mb):
-            sl = slice(start, start + mb)
+        starts = list(range(0, len(responses), mb))
+        for start in starts + [None] * (self._micro_batches_of_slowest(len(starts)) - len(starts)):
+            if start is None:
+                # This rank has run out of samples while another trainer still has some: a
+                # pass with zero weight keeps the FSDP collectives of every rank in step.
+                sl, weight = slice(0, 1), 0.0
+                if not responses:
+                    prompts, responses, mus, advs = [groups[0].prompt_ids], [groups[0].response_ids[0]], \
+                        [groups[0].logprobs[0]], [0.0]
+            else:
+                sl, weight = slice(start, start + mb), 1.0
             logp, mask = response_logprobs(self.model, prompts[sl], responses[sl], temperature)
             mu = _pad(mus[sl], 0.0, torch.float32)[:, : logp.shape[1]]
             adv = torch.tensor(advs[sl], dtype=torch.float32)
             if algo.loss == "aipo":
                 loss, m = losses.aipo_loss(logp, mu, adv, mask, rho=algo.rho)
             else:
-                loss, m = losses.grpo_loss(logp, mu, adv, mask, clip_eps=algo.clip_eps)
-            n_tok = float(mask.sum())
+                ref_logp = None
+                if algo.kl_coef:
+                    with torch.no_grad():
+                        ref_logp, _ = response_logprobs(self.reference, prompts[sl], responses[sl], temperature)
+                loss, m = losses.grpo_loss(logp, mu, adv, mask, clip_eps=algo.clip_eps,
+                                           kl_coef=algo.kl_coef, ref_logp=ref_logp)
+            n_tok = float(mask.sum()) * weight
             (loss * n_tok * scale).backward()
             loss_sum += float(loss.detach()) * n_tok
+            trained_tokens += n_tok
             for k, v in m.items():
                 sums[k] += float(v) * n_tok
         if self.allreduce_grads:
@@ -148,24 +181,38 @@ class TrainerActor(Actor):
         self.optimizer.step()
 
         metrics = {
+            # The objective's token mean over every sample (skipped ones contribute 0 to it).
             "loss": loss_sum / max(local_tokens, 1),
             "reward_mean": sum(rewards) / max(len(rewards), 1),
             "accuracy": sum(1.0 for x in rewards if x >= 1.0) / max(len(rewards), 1),
             "tokens": float(local_tokens),
-            "samples": float(len(responses)),
+            "samples": float(len(rewards)),
+            "trained_samples": float(trained_samples),  # the rest were in all-equal groups
             "staleness_max": float(max(staleness)),
             "staleness_mean": sum(staleness) / len(staleness),
             "grad_norm": grad_norm,
             "train_s": time.perf_counter() - t0,
         }
-        metrics.update({k: v / max(local_tokens, 1) for k, v in sums.items()})
+        # Ratio and KL figures describe the tokens trained on.
+        metrics.update({k: v / max(trained_tokens, 1) for k, v in sums.items() if k != "loss"})
         return metrics
+
+    def _micro_batches_of_slowest(self, mine: int) -> int:
+        """The most micro-batches any trainer runs this step (FSDP needs equal counts)."""
+        if self.dp_group is None or self.allreduce_grads:
+            return mine
+        t = torch.tensor([mine], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.dp_group)
+        return int(t)
 
     # ------------------------------------------------------------- data parallel
 
     def _average_grads(self) -> None:
         """Average the gradients of full replicas in one flat all-reduce (DDP without hooks)."""
-        grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+        for p in self.model.parameters():
+            if p.grad is None:  # this rank trained on nothing (every group all-equal)
+                p.grad = torch.zeros_like(p)
+        grads = [p.grad for p in self.model.parameters()]
         flat = torch.cat([g.reshape(-1) for g in grads])
         dist.all_reduce(flat, group=self.dp_group)
         flat /= self.n_trainers
@@ -182,7 +229,7 @@ class TrainerActor(Actor):
         return float(t)
 
     # Per-rank figures that add up over trainers; the rest are averaged or maxed.
-    _SUMMED = ("tokens", "samples")
+    _SUMMED = ("tokens", "samples", "trained_samples")
     _MAXED = ("staleness_max", "train_s", "weight_send_s", "trainer_wait_s", "pushed_version")
 
     def _reduce_metrics(self, metrics: dict[str, float]) -> dict[str, float]:

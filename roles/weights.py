@@ -30,6 +30,8 @@ class Policy:
     model: torch.nn.Module
     tokenizer_dir: str
     sharded: bool
+    # The frozen starting weights, sharded like ``model``: GRPO's KL anchor (kl_coef > 0 only).
+    reference: torch.nn.Module | None = None
 
     def local_params(self):
         """What this rank sends in a weight sync: its rows of every parameter (no copy)."""
@@ -85,11 +87,14 @@ class WeightPath:
         trains = mesh.role == train_role
         policy = None
         if trains:
-            model = load_model(cfg)
             sharded = mesh.role == "trainer" and group is not None
+            model = load_model(cfg)
+            reference = load_model(cfg).requires_grad_(False).eval() if cfg.algorithm.kl_coef else None
             if sharded:
                 model = shard_model(model, group)
-            policy = Policy(model, cfg.model.path, sharded)
+                if reference is not None:
+                    reference = shard_model(reference, group)
+            policy = Policy(model, cfg.model.path, sharded, reference)
         # The plan exchange is collective over the job; only trainers and generators take part.
         shards = policy.local_params() if (policy is not None and mesh.role == "trainer") else None
         need = Need() if mesh.role == "generator" else None

@@ -119,6 +119,13 @@ def test_non_positive_size(base_config, dotted, value, where):
     assert f"{where}: " in text, text
 
 
+def test_kl_coef_is_a_grpo_option(base_config):
+    text = error_of(mutate(base_config, "algorithm.kl_coef", 0.1))  # base loss: aipo
+    assert "algorithm.kl_coef (0.1) applies to loss: grpo only" in text, text
+    grpo = mutate(base_config, "algorithm.loss", "grpo")
+    assert config.parse(mutate(grpo, "algorithm.kl_coef", 0.1)).algorithm.kl_coef == 0.1
+
+
 def test_compile_is_a_vllm_option(base_config):
     text = error_of(mutate(base_config, "world.generator", {"ranks": 1, "compile": True}))
     assert "world.generator" in text and "compile applies to engine: vllm only" in text, text

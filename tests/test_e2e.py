@@ -88,11 +88,17 @@ def test_the_vllm_engine_runs_the_same_job(tmp_path, sft_model):
 
 
 def test_sharded_trainers_feed_two_generators(tmp_path, sft_model):
-    """2 FSDP2 trainers push their shards straight to 2 generators (6 ranks): the job runs."""
+    """2 FSDP2 trainers push their shards straight to 2 generators (6 ranks): the job runs.
+
+    With GRPO and a KL term, so the frozen reference is loaded and sharded like the policy."""
     metrics = run(tmp_path, sft_model, world={"generator": 2, "trainer": 2},
-                  run={"steps": 4, "max_staleness": 1})
+                  algorithm={"loss": "grpo", "kl_coef": 0.05}, run={"steps": 4, "max_staleness": 1})
     assert [m["policy_version"] for m in metrics] == [1, 2, 3, 4]
     assert all(m["tokens"] > 0 and m["trainer"]["samples"] == 16 * 8 for m in metrics)
+    # With a KL term every sample is trained on; the policy moves away from its reference.
+    assert all(m["trainer"]["trained_samples"] == 16 * 8 for m in metrics)
+    assert metrics[0]["trainer"]["kl_ref"] == pytest.approx(0.0, abs=1e-6)
+    assert metrics[-1]["trainer"]["kl_ref"] > 0
     # The saved policy is the full model gathered from both shards.
     from transformers import AutoModelForCausalLM
 

@@ -88,3 +88,78 @@ def test_two_trainers_match_one():
         for k, v in ref_state.items():
             torch.testing.assert_close(state[k], v, rtol=1e-4, atol=1e-5, msg=lambda m: f"{k}: {m}")
     assert ref_losses[-1] < ref_losses[0]  # it did learn something
+
+
+def test_fsdp_trainers_skip_all_equal_groups_without_losing_step(base_config):
+    """Two FSDP2 trainers where one rank's groups all scored the same: that rank trains on
+    nothing, yet must join every FSDP collective (zero-weight passes), and the update must be
+    the one an unsharded trainer makes on all the groups without skipping."""
+    import copy
+    from types import SimpleNamespace
+
+    import numpy as np
+    from mpi4py import MPI
+
+    from launch import config
+    from roles.messages import Rollout
+    from roles.sharding import full_state, shard_model
+    from roles.trainer import TrainerActor
+    from transports.torch_dist import init_torch_distributed, new_group
+
+    torch.set_num_threads(1)
+    comm = MPI.COMM_WORLD
+    rank = comm.Get_rank()
+    init_torch_distributed(comm, timeout_s=60)
+    group = new_group(TRAINERS)
+
+    rng = np.random.default_rng(0)
+
+    def groups(rewards_per_group):
+        out = []
+        for i, rewards in enumerate(rewards_per_group):
+            lens = rng.integers(1, 6, len(rewards))
+            out.append(Rollout(
+                prompt_id=i, group_id=i, step=0, prompt_ids=rng.integers(3, 37, 4).astype(np.int32),
+                response_ids=[rng.integers(3, 37, n).astype(np.int32) for n in lens],
+                logprobs=[(-rng.random(n) * 2).astype(np.float32) for n in lens],
+                finish_reasons=["stop"] * len(rewards), policy_version=0, rewards=list(rewards)))
+        return out
+
+    # Trainer 0's share has three groups with signal (two micro-batches of 4 samples each);
+    # trainer 1's share is all-equal. The reference trains on both shares at once.
+    share = {0: groups([[1, 0, 1, 0], [0, 1, 1, 1], [1, 1, 0, 1]]), 1: groups([[1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1]])}
+
+    def trainer(model, skip, n_trainers, dp_group):
+        raw = copy.deepcopy(base_config)
+        raw["world"]["trainer"] = n_trainers
+        raw["rollout"]["prompts_per_step"] = 6
+        raw["algorithm"].update({"skip_zero_advantage": skip, "micro_batch": 4, "lr": 1e-2})
+        mesh = SimpleNamespace(rank=rank, role="trainer", index=0, size=lambda role: 0)
+        policy = SimpleNamespace(model=model, local_params=lambda: [])
+        return TrainerActor(SimpleNamespace(mesh=mesh), config.parse(raw), policy, None, dp_group=dp_group)
+
+    result, err = None, None
+    try:
+        if rank in TRAINERS:
+            model = shard_model(tiny_llama(), group)
+            m = trainer(model, True, 2, group).train_on(share[rank])
+            result = (m["trained_samples"], full_state(model))
+        elif rank == REFERENCE:
+            model = tiny_llama()
+            m = trainer(model, False, 1, None).train_on(share[0] + share[1])
+            result = (m["trained_samples"], {k: v.detach().clone() for k, v in model.named_parameters()})
+    except Exception:
+        err = f"rank {rank}:\n{traceback.format_exc()}"
+    everyone = comm.allgather((result, err))
+    errors = [e for _, e in everyone if e]
+    if errors:
+        pytest.fail("\n".join(errors))
+
+    ref_trained, ref_state = everyone[REFERENCE][0]
+    assert ref_trained == 24 and [everyone[t][0][0] for t in TRAINERS] == [12, 0]  # per rank
+    init = dict(tiny_llama().named_parameters())
+    assert any(not torch.equal(init[k], v) for k, v in ref_state.items())
+    for t in TRAINERS:
+        state = everyone[t][0][1]
+        for k, v in ref_state.items():
+            torch.testing.assert_close(state[k], v, rtol=1e-4, atol=1e-5, msg=lambda m: f"{k}: {m}")

@@ -1,0 +1,122 @@
+"""The trainer's update on one rank, without MPI: what leaving out all-equal groups must keep.
+
+Groups whose samples all scored the same have zero advantages, so they add nothing to the
+gradient. ``algorithm.skip_zero_advantage`` leaves them out of the forward and backward passes;
+the token mean still counts their tokens, so the update must be the same, to float rounding,
+as training on every group.
+"""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from launch import config
+from roles.messages import Rollout
+from roles.trainer import TrainerActor
+
+
+class _Mesh:
+    rank, role, index = 0, "trainer", 0
+
+    def size(self, role):
+        return 0
+
+
+def _trainer(base_config, model, skip: bool, micro_batch: int = 4, reference=None) -> TrainerActor:
+    raw = copy.deepcopy(base_config)
+    raw["algorithm"].update({"skip_zero_advantage": skip, "micro_batch": micro_batch, "lr": 1e-2})
+    cfg = config.parse(raw)
+    policy = SimpleNamespace(model=model, local_params=lambda: [], reference=reference)
+    return TrainerActor(SimpleNamespace(mesh=_Mesh()), cfg, policy, sender=None)
+
+
+def _tiny_llama(seed=0):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(LlamaConfig(
+        vocab_size=17, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32))
+
+
+def _groups(rewards_per_group, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, rewards in enumerate(rewards_per_group):
+        lens = rng.integers(1, 6, len(rewards))
+        out.append(Rollout(
+            prompt_id=i, group_id=i, step=0, prompt_ids=rng.integers(3, 17, 4).astype(np.int32),
+            response_ids=[rng.integers(3, 17, n).astype(np.int32) for n in lens],
+            logprobs=[(-rng.random(n) * 2).astype(np.float32) for n in lens],
+            finish_reasons=["stop"] * len(rewards), policy_version=0, rewards=list(rewards)))
+    return out
+
+
+MIXED = [[1, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0], [0.5, 0.5, 0.5, 0.5], [0, 1, 1, 1]]
+
+
+@pytest.mark.parametrize("loss", ["aipo", "grpo"])
+@pytest.mark.parametrize("advantage", ["group_mean", "group_std", "leave_one_out"])
+def test_skipping_all_equal_groups_leaves_the_update_unchanged(base_config, loss, advantage):
+    base_config["algorithm"].update({"loss": loss, "advantage": advantage})
+    models = {skip: _tiny_llama() for skip in (False, True)}
+    metrics = {}
+    for skip, model in models.items():
+        metrics[skip] = _trainer(base_config, model, skip).train_on(_groups(MIXED))
+    for (name, a), b in zip(models[False].named_parameters(), models[True].parameters()):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-7), name
+    moved = any(not torch.equal(a, b) for a, b in zip(_tiny_llama().parameters(), models[True].parameters()))
+    assert moved, "the step changed nothing: the test would not see a difference"
+    assert metrics[False]["loss"] == pytest.approx(metrics[True]["loss"], rel=1e-5, abs=1e-7)
+    assert metrics[False]["grad_norm"] == pytest.approx(metrics[True]["grad_norm"], rel=1e-5)
+    assert (metrics[False]["trained_samples"], metrics[True]["trained_samples"]) == (20, 8)
+    assert metrics[True]["samples"] == 20 and metrics[True]["tokens"] == metrics[False]["tokens"]
+
+
+def test_a_step_of_only_all_equal_groups_changes_nothing(base_config):
+    model = _tiny_llama()
+    before = [p.detach().clone() for p in model.parameters()]
+    m = _trainer(base_config, model, skip=True).train_on(_groups([[1, 1, 1, 1], [0, 0, 0, 0]]))
+    assert m["trained_samples"] == 0 and m["loss"] == 0.0 and m["grad_norm"] == 0.0
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_the_skip_can_be_turned_off_and_changes_what_is_trained(base_config):
+    model = _tiny_llama()
+    m = _trainer(base_config, model, skip=False).train_on(_groups([[1, 1, 1, 1], [0, 1, 0, 1]]))
+    assert m["trained_samples"] == 8
+
+
+def _frozen_start(seed=0):
+    return _tiny_llama(seed).requires_grad_(False).eval()
+
+
+def test_grpo_kl_term_pulls_towards_the_reference_even_in_all_equal_groups(base_config):
+    """With kl_coef > 0 all-equal groups are trained on (the KL term has a gradient there)."""
+    base_config["algorithm"].update({"loss": "grpo", "kl_coef": 0.5})
+    model, reference = _tiny_llama(seed=1), _frozen_start(seed=0)  # the policy has drifted
+    before = [p.detach().clone() for p in model.parameters()]
+    m = _trainer(base_config, model, skip=True, reference=reference).train_on(_groups([[1, 1, 1, 1], [0, 0, 0, 0]]))
+    assert m["trained_samples"] == 8 and m["kl_ref"] > 0
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+    # ...and towards it: the KL to the reference falls over a few steps on the same data.
+    trainer = _trainer(base_config, model, skip=True, reference=reference)
+    kls = [trainer.train_on(_groups([[1, 1, 1, 1], [0, 0, 0, 0]]))["kl_ref"] for _ in range(5)]
+    assert kls[-1] < kls[0], kls
+
+
+def test_grpo_kl_is_zero_at_the_reference(base_config):
+    base_config["algorithm"].update({"loss": "grpo", "kl_coef": 0.5})
+    m = _trainer(base_config, _tiny_llama(), skip=True, reference=_frozen_start()).train_on(_groups(MIXED))
+    assert m["kl_ref"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_kl_without_a_reference_model_is_refused(base_config):
+    base_config["algorithm"].update({"loss": "grpo", "kl_coef": 0.5})
+    with pytest.raises(ValueError, match="reference model"):
+        _trainer(base_config, _tiny_llama(), skip=True, reference=None)
