@@ -6,8 +6,9 @@ FSDP's gradient average equals the token mean over the *whole* step's batch.
 
 Groups whose samples all scored the same carry zero advantages and are left out of the
 forward/backward passes (``algorithm.skip_zero_advantage``); their tokens still count in the
-token mean, so the update is unchanged. A sharded rank left with fewer micro-batches than
-another runs zero-weight passes so that FSDP's collectives stay in step. GRPO's optional KL
+token mean, so the update is unchanged. A training rank left with fewer micro-batches than
+another runs zero-weight passes, so that FSDP's collectives (and the metrics' all-reduce,
+which needs the same keys on every rank) stay in step. GRPO's optional KL
 term reads the frozen reference model that ``roles.weights`` loads when ``kl_coef > 0``.
 """
 
@@ -198,8 +199,9 @@ class TrainerActor(Actor):
         return metrics
 
     def _micro_batches_of_slowest(self, mine: int) -> int:
-        """The most micro-batches any trainer runs this step (FSDP needs equal counts)."""
-        if self.dp_group is None or self.allreduce_grads:
+        """The most micro-batches any trainer runs this step. FSDP needs equal counts; and with
+        them every rank reports the same metric keys, which ``_reduce_metrics`` all-reduces."""
+        if self.dp_group is None:
             return mine
         t = torch.tensor([mine], dtype=torch.int64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.dp_group)

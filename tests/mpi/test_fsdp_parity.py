@@ -90,10 +90,12 @@ def test_two_trainers_match_one():
     assert ref_losses[-1] < ref_losses[0]  # it did learn something
 
 
-def test_fsdp_trainers_skip_all_equal_groups_without_losing_step(base_config):
-    """Two FSDP2 trainers where one rank's groups all scored the same: that rank trains on
-    nothing, yet must join every FSDP collective (zero-weight passes), and the update must be
-    the one an unsharded trainer makes on all the groups without skipping."""
+@pytest.mark.parametrize("layout", ["fsdp", "replicas"])
+def test_trainers_skip_all_equal_groups_without_losing_step(base_config, layout):
+    """Two trainers where one rank's groups all scored the same: that rank trains on nothing,
+    yet must join every collective (FSDP's, or the replicas' gradient all-reduce, and the
+    metrics' all-reduce), and the update must be the one a single trainer makes on all the
+    groups without skipping. ``replicas`` is the colocated mode's layout."""
     import copy
     from types import SimpleNamespace
 
@@ -129,21 +131,25 @@ def test_fsdp_trainers_skip_all_equal_groups_without_losing_step(base_config):
     # trainer 1's share is all-equal. The reference trains on both shares at once.
     share = {0: groups([[1, 0, 1, 0], [0, 1, 1, 1], [1, 1, 0, 1]]), 1: groups([[1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1]])}
 
-    def trainer(model, skip, n_trainers, dp_group):
+    def trainer(model, skip, n_trainers, dp_group, replicas=False):
         raw = copy.deepcopy(base_config)
         raw["world"]["trainer"] = n_trainers
         raw["rollout"]["prompts_per_step"] = 6
         raw["algorithm"].update({"skip_zero_advantage": skip, "micro_batch": 4, "lr": 1e-2})
         mesh = SimpleNamespace(rank=rank, role="trainer", index=0, size=lambda role: 0)
         policy = SimpleNamespace(model=model, local_params=lambda: [])
-        return TrainerActor(SimpleNamespace(mesh=mesh), config.parse(raw), policy, None, dp_group=dp_group)
+        return TrainerActor(SimpleNamespace(mesh=mesh), config.parse(raw), policy, None, dp_group=dp_group,
+                            allreduce_grads=replicas)
 
     result, err = None, None
     try:
         if rank in TRAINERS:
-            model = shard_model(tiny_llama(), group)
-            m = trainer(model, True, 2, group).train_on(share[rank])
-            result = (m["trained_samples"], full_state(model))
+            replicas = layout == "replicas"
+            model = tiny_llama() if replicas else shard_model(tiny_llama(), group)
+            actor = trainer(model, True, 2, group, replicas)
+            m = actor._reduce_metrics(actor.train_on(share[rank]))
+            state = {k: v.detach().clone() for k, v in model.named_parameters()} if replicas else full_state(model)
+            result = (m["trained_samples"], state)
         elif rank == REFERENCE:
             model = tiny_llama()
             m = trainer(model, False, 1, None).train_on(share[0] + share[1])
@@ -156,7 +162,7 @@ def test_fsdp_trainers_skip_all_equal_groups_without_losing_step(base_config):
         pytest.fail("\n".join(errors))
 
     ref_trained, ref_state = everyone[REFERENCE][0]
-    assert ref_trained == 24 and [everyone[t][0][0] for t in TRAINERS] == [12, 0]  # per rank
+    assert ref_trained == 24 and [everyone[t][0][0] for t in TRAINERS] == [12, 12]  # summed
     init = dict(tiny_llama().named_parameters())
     assert any(not torch.equal(init[k], v) for k, v in ref_state.items())
     for t in TRAINERS:
