@@ -12,8 +12,12 @@ mostly idle), with one torch thread per rank:
 
 From the disaggregated sync run it takes the generation time ``t_gen`` and the training
 time ``t_train`` of a step; overlapping the two can at best turn ``t_gen + t_train`` into
-``max(t_gen, t_train)``: that is ``ideal_speedup``. Step times are medians over the steps
-after a warm-up. Rewards are the mean training reward of the last 10 steps.
+``max(t_gen, t_train)``: that is ``ideal_speedup``. A mode's step time is its wall-clock
+time per step after a warm-up (steps done / time taken, from the controller's clock): in the
+asynchronous mode steps complete unevenly (two close together, then a long one) while the
+pipeline keeps a steady rate, so a median of the intervals would say little about that rate.
+``t_gen`` and ``t_train`` are medians of the per-step phase times. Rewards are the mean
+training reward of the last 10 steps.
 
     python bench/async_vs_sync.py [--steps 40] [--out runs/bench_async]
 """
@@ -62,6 +66,12 @@ def median_after_warmup(metrics: list[dict], key: str, warmup: int) -> float:
     return statistics.median(m[key] for m in metrics[warmup:])
 
 
+def seconds_per_step(metrics: list[dict], warmup: int) -> float:
+    """Wall-clock seconds per step from the end of step ``warmup - 1`` to the end of the run."""
+    done = metrics[max(warmup, 1) - 1 :]
+    return (done[-1]["elapsed_s"] - done[0]["elapsed_s"]) / (len(done) - 1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=40)
@@ -75,7 +85,7 @@ def main() -> None:
     model_dir = out / "model" / "sft"
     runs = {name: run_mode(name, model_dir, out, args.steps, args.seed) for name in MODES}
 
-    step = {name: median_after_warmup(m, "step_s", args.warmup) for name, m in runs.items()}
+    step = {name: seconds_per_step(m, args.warmup) for name, m in runs.items()}
     t_gen = median_after_warmup(runs["sync"], "generation_s", args.warmup)
     t_train = median_after_warmup(runs["sync"], "training_s", args.warmup)
     ideal = (t_gen + t_train) / max(t_gen, t_train)

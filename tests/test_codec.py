@@ -335,7 +335,7 @@ def test_missing_type():
         codec.decode(pack(body(type=DROP)))
 
 
-@pytest.mark.parametrize("version", [0, 2, "1", None, DROP])
+@pytest.mark.parametrize("version", [0, codec.SCHEMA_VERSION + 1, str(codec.SCHEMA_VERSION), None, DROP])
 def test_wrong_schema_version(version):
     with pytest.raises(CodecError, match="CodecTestTyped: schema version"):
         codec.decode(pack(body(v=version)))
@@ -413,3 +413,78 @@ def test_unknown_extension_code():
 def test_non_string_field_name():
     with pytest.raises(CodecError, match="field names must be strings"):
         codec.decode(msgpack.packb({"type": "CodecTestAny", "v": codec.SCHEMA_VERSION, 1: 2}))
+
+
+# ---------------------------------------------------------------- ragged lists
+#
+# A list of small 1-d arrays of one dtype (a group's responses, their log-probs) travels as one
+# extension: the same arrays come out, at a fraction of the per-array cost.
+
+
+@codec.message(name="CodecTestRagged")
+class RaggedMsg:
+    ids: list[np.ndarray]
+    other: Any = None
+
+
+def _ragged_ext_count(data: bytes) -> int:
+    seen = []
+    msgpack.unpackb(data, raw=False, strict_map_key=False,
+                    ext_hook=lambda code, d: seen.append(code) or None)
+    return seen.count(codec._EXT_RAGGED)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", ["int32", "float32", "int64", "float64", "uint8", "bool", ">i4"])
+def test_a_ragged_list_round_trips(path, dtype):
+    rng = np.random.default_rng(0)
+    arrays = [(rng.random(n) * 100).astype(dtype) for n in (3, 0, 7, 1)]
+    msg = RaggedMsg(ids=arrays, other=[arrays[0], np.arange(2, dtype=np.float16)])  # two dtypes: plain
+    assert _ragged_ext_count(codec.encode(msg)) == 1
+    got = roundtrip(msg, path)
+    assert_same(got.ids, arrays)
+    assert_same(got.other, msg.other)
+    got.ids[0][:] = 0  # writable, and each array is its own: the next one is untouched
+    assert_same(got.ids[2], arrays[2])
+
+
+@pytest.mark.parametrize("ids", [
+    [np.arange(3)],  # one array: nothing to share
+    [np.arange(3), np.arange(4).reshape(2, 2)],  # not all 1-d
+    [np.arange(3, dtype=np.int32), np.arange(3, dtype=np.int64)],  # two dtypes
+    [np.arange(3), [1, 2]],  # not all arrays
+    [np.zeros(codec.OOB_THRESHOLD_BYTES // 8), np.zeros(8)],  # large: out-of-band instead
+    [np.arange(6)[::2], np.arange(3)],  # a strided view
+], ids=["single", "2d", "dtypes", "non-array", "large", "strided"])
+def test_lists_that_are_not_ragged_take_the_plain_path(ids):
+    msg = RaggedMsg(ids=[], other=ids)
+    assert _ragged_ext_count(codec.encode(msg)) == 0
+    for path in PATHS:
+        assert_same(roundtrip(msg, path).other, ids)
+
+
+def test_the_message_itself_is_not_changed_by_encoding():
+    arrays = [np.arange(3), np.arange(4)]
+    msg = RaggedMsg(ids=arrays)
+    codec.encode(msg)
+    assert msg.ids is arrays and all(type(a) is np.ndarray for a in msg.ids)
+
+
+def ragged_ext(dtype: str, lengths, payload: bytes) -> msgpack.ExtType:
+    h = msgpack.packb([dtype, lengths])
+    return msgpack.ExtType(codec._EXT_RAGGED, len(h).to_bytes(4, "little") + h + payload)
+
+
+@pytest.mark.parametrize("ext,match", [
+    (msgpack.ExtType(codec._EXT_RAGGED, b"\x01"), "truncated"),
+    (ragged_ext("<i4", [2, 1], bytes(8)), "holds 8 bytes but its lengths need 12"),
+    (ragged_ext("<i4", [2, -1], bytes(4)), "bad lengths"),
+    (ragged_ext("<i4", "2", bytes(8)), "bad lengths"),
+    (ragged_ext("no-such-dtype", [1], bytes(4)), "malformed header"),
+    (ragged_ext("|O", [1], bytes(8)), "malformed header"),
+    (msgpack.ExtType(codec._EXT_RAGGED, (3).to_bytes(4, "little") + b"\xc1\xc1\xc1"), "malformed header"),
+], ids=["truncated", "short", "negative", "not-a-list", "dtype", "object", "garbage"])
+def test_a_malformed_ragged_list_is_a_codec_error(ext, match):
+    data = msgpack.packb({"type": "CodecTestRagged", "v": codec.SCHEMA_VERSION, "ids": ext, "other": None})
+    with pytest.raises(CodecError, match=match):
+        codec.decode(data)

@@ -28,12 +28,14 @@ try:  # torch is optional for this layer: the codec also serves plain numpy prog
 except ImportError:  # pragma: no cover - torch is a hard dependency of mpirl itself
     torch = None
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: lists of small 1-d arrays travel as one ragged extension
 
 # Extension codes. In-band arrays carry their bytes; out-of-band ones carry an index into
-# the frame list that travels beside the header.
+# the frame list that travels beside the header; a ragged list is several 1-d arrays of one
+# dtype as one run of bytes plus their lengths.
 _EXT_ARRAY = 1
 _EXT_ARRAY_OOB = 2
+_EXT_RAGGED = 3
 
 # Arrays at least this large go out-of-band in encode_frames; smaller ones are cheaper
 # to copy into the header than to send as a separate MPI message.
@@ -111,6 +113,11 @@ class _Encoder:
         self.busy = False  # packing: a Packer is not reentrant
 
     def default(self, obj):
+        if type(obj) is _Ragged:
+            arrays = obj.arrays
+            header = msgpack.packb([arrays[0].dtype.str, [len(a) for a in arrays]])
+            return msgpack.ExtType(_EXT_RAGGED, len(header).to_bytes(4, "little") + header
+                                   + b"".join(a.tobytes() for a in arrays))
         got = _as_numpy(obj)
         if got is not None:
             arr, is_torch, dtype_name = got
@@ -150,6 +157,11 @@ def _pack(msg, out_of_band: bool) -> tuple:
         for name in names:
             fields[name] = getattr(msg, name)
         prefix = None
+    for name, value in fields.items():
+        if type(value) is list and value and type(value[0]) is np.ndarray and _is_ragged(value):
+            fields = {k: (_Ragged(v) if type(v) is list and v and type(v[0]) is np.ndarray and _is_ragged(v)
+                          else v) for k, v in fields.items()}  # a copy: the message is not touched
+            break
     try:
         enc = _local.encoders[out_of_band]
     except AttributeError:
@@ -175,6 +187,30 @@ def _pack(msg, out_of_band: bool) -> tuple:
         # counts "type" and "v", and those two entries, packed once per class.
         packed = prefix + packed[skip:]
     return packed, frames
+
+
+class _Ragged:
+    """Marks a list of small 1-d arrays of one dtype, to be packed as one extension."""
+
+    __slots__ = ("arrays",)
+
+    def __init__(self, arrays):
+        self.arrays = arrays
+
+
+def _is_ragged(items: list) -> bool:
+    """A list worth packing as one ragged extension: 2+ contiguous numeric 1-d numpy arrays of
+    one dtype, small enough to travel in-band (a per-array header costs more than the bytes)."""
+    if len(items) < 2:
+        return False
+    dtype, nbytes = items[0].dtype, 0
+    if dtype.hasobject:
+        return False
+    for a in items:
+        if type(a) is not np.ndarray or a.dtype != dtype or a.ndim != 1 or not a.flags.c_contiguous:
+            return False
+        nbytes += a.nbytes
+    return nbytes < OOB_THRESHOLD_BYTES
 
 
 # Per message class: (packed map header and "type"/"v" entries, size of the map header of
@@ -272,10 +308,40 @@ def _remember(cache: dict, key, value, max_entries: int = 4096) -> None:
     cache[key] = value
 
 
+def _ragged_list(data) -> list:
+    """A list of 1-d arrays from one ragged extension: one copy, then views of it."""
+    if len(data) < 4:
+        raise CodecError("ragged array list is truncated")
+    n = int.from_bytes(data[:4], "little")
+    try:
+        dtype_name, lengths = msgpack.unpackb(data[4 : 4 + n], raw=False)
+        dtype = _DTYPES.get(dtype_name) if type(dtype_name) is str else None
+        if dtype is None:
+            dtype = np.dtype(dtype_name)
+        if dtype.hasobject:
+            raise ValueError("object dtype")
+    except (TypeError, ValueError, msgpack.UnpackException) as e:
+        raise CodecError(f"ragged array list has a malformed header: {e}") from None
+    if type(lengths) is not list or not all(type(x) is int and x >= 0 for x in lengths):
+        raise CodecError("ragged array list has bad lengths")
+    raw = memoryview(data)[4 + n :]
+    if len(raw) != sum(lengths) * dtype.itemsize:
+        raise CodecError(f"ragged array list holds {len(raw)} bytes but its lengths need "
+                         f"{sum(lengths) * dtype.itemsize} (truncated message?)")
+    flat = np.frombuffer(raw, dtype=dtype).copy()  # writable, like an in-band array
+    out, start = [], 0
+    for length in lengths:
+        out.append(flat[start : start + length])
+        start += length
+    return out
+
+
 def _ext_hook_for(frames):
     def ext_hook(code, data):
         if code == _EXT_ARRAY:
             return _inband_array(data)
+        if code == _EXT_RAGGED:
+            return _ragged_list(data)
         if code == _EXT_ARRAY_OOB:
             header = msgpack.unpackb(data, raw=False)
             if not (isinstance(header, list) and len(header) == 4):
