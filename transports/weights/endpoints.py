@@ -49,6 +49,29 @@ class SyncStats:
     stall_s: float = 0.0  # time the caller was blocked: in finish() (receiver), in wait() (sender)
 
 
+def wait_for_last_of_each(channel: Channel, handles: list[Any], peers: list[int]) -> set[int]:
+    """Wait on each peer's last operation; returns the indices waited on.
+
+    Operations between two ranks complete in the order they were posted, so once a peer's last
+    one is done the earlier ones are too and waiting on them returns at once: the caller wakes
+    about once per peer instead of once per message (on a busy CPU each wake-up is a context
+    switch, which shows at ~150 messages a sync). A gloo work may be waited on only once (a
+    second wait blocks for good), hence the returned set.
+    """
+    last = sorted({p: i for i, p in enumerate(peers)}.values(), reverse=True)
+    for i in last:
+        channel.wait(handles[i])
+    return set(last)
+
+
+def wait_in_arrival_order(channel: Channel, handles: list[Any], peers: list[int]) -> None:
+    """Wait on every operation, each once, each peer's last first."""
+    waited = wait_for_last_of_each(channel, handles, peers)
+    for i, h in enumerate(handles):
+        if i not in waited:
+            channel.wait(h)
+
+
 class WeightSender:
     """Trainer end: one push in flight at a time.
 
@@ -76,6 +99,7 @@ class WeightSender:
                                          for m, inp in zip(self._msgs, self._inplace))
         self._arena: torch.Tensor | None = None  # allocated at the first push, on the shards' device
         self._handles: list[Any] = []
+        self._handle_dsts: list[int] = []  # the peer of each handle
         self._t0 = 0.0
         self.stats = SyncStats()
 
@@ -87,7 +111,7 @@ class WeightSender:
             self.channel.check_device(device)
             self._arena = torch.empty(self._total, dtype=torch.uint8, device=device)
         t0 = time.perf_counter()
-        handles = []
+        handles, handle_dsts = [], []
         for msg, dsts, off, inplace in zip(self._msgs, self._dsts, self._offs, self._inplace):
             if inplace:
                 pc = msg.pieces[0]
@@ -97,7 +121,8 @@ class WeightSender:
                 flat = self._arena[off:off + msg.nbytes]
                 pack(msg, flat, by_name)  # pipelined: earlier messages are on the wire meanwhile
             handles += [self.channel.isend(flat, dst, msg.tag) for dst in dsts]
-        self._handles, self._t0 = handles, t0
+            handle_dsts += dsts
+        self._handles, self._handle_dsts, self._t0 = handles, handle_dsts, t0
         self.stats = SyncStats(version, self.plan.nbytes_from(self.rank), len(handles),
                                post_s=time.perf_counter() - t0)
 
@@ -113,8 +138,7 @@ class WeightSender:
         if not self._handles:
             return 0.0
         t = time.perf_counter()
-        for h in self._handles:
-            self.channel.wait(h)
+        wait_in_arrival_order(self.channel, self._handles, self._handle_dsts)
         self._handles = []
         now = time.perf_counter()
         self.stats.transfer_s, self.stats.stall_s = now - self._t0, now - t
@@ -267,8 +291,11 @@ class WeightReceiver:
 
     def _wait_all(self) -> None:
         try:
+            waited = wait_for_last_of_each(self.channel, self._handles,
+                                           [m.src for m, _, _ in self._targets])
             while self._done < len(self._handles):
-                self.channel.wait(self._handles[self._done])
+                if self._done not in waited:
+                    self.channel.wait(self._handles[self._done])
                 self._unpack_next()
         except BaseException as e:  # re-raised by finish() on the caller's thread
             self._error = e
