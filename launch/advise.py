@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
+from launch.config import load_yaml
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,7 @@ def best_split(work: RoleWork, total: int, overlapped: bool = True) -> Split:
 
 def work_from_run(run_dir: Path) -> tuple[RoleWork, dict, bool]:
     """Median per-step role work of a finished run, its rank counts, and whether it overlapped."""
-    cfg = yaml.safe_load((run_dir / "config.yaml").read_text())
+    cfg = load_yaml((run_dir / "config.yaml").read_text())
     counts = {k: (v if isinstance(v, int) else v.get("ranks", 1)) for k, v in cfg.get("world", {}).items()}
     counts = {"generator": counts.get("generator", 1), "reward": counts.get("reward", 1), "trainer": counts.get("trainer", 1)}
     overlapped = cfg.get("run", {}).get("max_staleness", 1) >= 1

@@ -8,8 +8,9 @@ directory ``mpirun`` was started in.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -23,8 +24,10 @@ class ConfigError(ValueError):
 
 
 class _Section(BaseModel):
-    # Unknown keys are errors (a typo must not silently fall back to a default).
-    model_config = ConfigDict(extra="forbid", validate_default=True)
+    # Unknown keys are errors (a typo must not silently fall back to a default). Strict types:
+    # `steps: true`, `steps: 2.5` or `ranks: "2"` are mistakes to name, not values to coerce
+    # (an int is still a valid float).
+    model_config = ConfigDict(extra="forbid", validate_default=True, strict=True)
 
 
 # ----------------------------------------------------------------------------- world
@@ -278,12 +281,33 @@ def parse(data: dict, source: str = "<config>") -> RoleMap:
         raise ConfigError(f"{source}: {_format(e)}") from None
 
 
+class _YamlLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, but ``1e-5`` is a float (YAML 1.1 wants ``1.0e-5``; 1.2 and users
+    do not)."""
+
+
+_YamlLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+                    |[-+]?\.(?:inf|Inf|INF)
+                    |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."),
+)
+
+
+def load_yaml(text: str) -> Any:
+    """Parse role-map YAML (safe: no Python objects), with numbers read as users write them."""
+    return yaml.load(text, Loader=_YamlLoader)
+
+
 def load(path: str | Path) -> RoleMap:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"no role-map file at {str(path)!r}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path.read_text())
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML: {e}") from None
     return parse(data, str(path))

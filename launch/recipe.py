@@ -68,7 +68,7 @@ def heldout_accuracy(model_dir: str | Path, seed: int = 0) -> float:
 
 def write_config(base_config: str | Path, out_dir: str | Path, overrides: dict) -> Path:
     """A copy of ``base_config`` with ``overrides`` (``{"run": {"steps": 5}}``) merged in."""
-    data = yaml.safe_load(Path(base_config).read_text())
+    data = config_lib.load_yaml(Path(base_config).read_text())
     merged = _merge(copy.deepcopy(data), overrides)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

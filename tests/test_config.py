@@ -89,11 +89,40 @@ def test_unknown_key(base_config, dotted, where):
         ("run.progress", "sometimes", "run.progress"),
         ("rollout", [1, 2], "rollout"),
         ("algorithm.loss", 3, "algorithm.loss"),
+        # strict types: near misses are named, not coerced
+        ("run.steps", True, "run.steps"),
+        ("run.steps", 2.5, "run.steps"),
+        ("run.steps", 3.0, "run.steps"),
+        ("run.steps", "3", "run.steps"),
+        ("world.generator.ranks", "2", "world.generator.ranks"),
+        ("world.generator", True, "world.generator"),
+        ("run.progress", 1, "run.progress"),
+        ("run.progress", "yes", "run.progress"),
+        ("algorithm.lr", "3e-5x", "algorithm.lr"),
     ],
 )
 def test_wrong_type(base_config, dotted, value, where):
     text = error_of(mutate(base_config, dotted, value))
     assert f"{where}: " in text and repr(value) in text
+
+
+def test_an_int_is_a_valid_float(base_config):
+    cfg = config.parse(mutate(base_config, "rollout.temperature", 1))
+    assert cfg.rollout.temperature == 1.0 and isinstance(cfg.rollout.temperature, float)
+
+
+@pytest.mark.parametrize("text,value", [("1e-5", 1e-5), ("3.0e-5", 3e-5), ("2E-4", 2e-4),
+                                        ("+1e-3", 1e-3), (".5", 0.5), ("1", 1.0)])
+def test_learning_rate_as_users_write_it_in_yaml(base_config, write_config, text, value):
+    # PyYAML reads 1e-5 (no dot) as a string; the role-map loader reads it as a number
+    path = write_config(mutate(base_config, "algorithm.lr", "PLACEHOLDER"))
+    path.write_text(path.read_text().replace("PLACEHOLDER", text))
+    assert config.load(path).algorithm.lr == pytest.approx(value)
+
+
+def test_yaml_strings_stay_strings():
+    data = config.load_yaml("a: 1e-5\nb: e5\nc: '1e-5'\nd: 1.2.3\ne: 12\nf: true\n")
+    assert data == {"a": 1e-5, "b": "e5", "c": "1e-5", "d": "1.2.3", "e": 12, "f": True}
 
 
 # -------------------------------------------------------------- non-positive sizes
