@@ -60,6 +60,12 @@ class TrainerActor(Actor):
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=algo.lr, weight_decay=algo.weight_decay, betas=(0.9, 0.999)
         )
+        # A WeightSender with copy=False sends from the parameters themselves: the next update
+        # must not overwrite them before they are out. (Colocated ranks reload a local engine
+        # synchronously and have no such sender.)
+        self._sends_read_params = not getattr(sender, "copy", True)
+        if self._sends_read_params:
+            sender.guard(self.optimizer)
         self.version = 0  # policy version = optimizer steps taken
         self.step_index = 0  # the step being collected
         self.groups_per_rank = cfg.rollout.prompts_per_step // self.n_trainers
@@ -89,6 +95,8 @@ class TrainerActor(Actor):
         with self.spans.span("train"):
             metrics = self.train_on(groups)
         metrics["trainer_wait_s"] = wait_s
+        if self._sends_read_params:  # how long this step's update waited for the last push
+            metrics["weight_send_stall_s"] = self.sender.stats.stall_s
         self._collect_started = None
         t0 = time.perf_counter()
         self.version += 1
@@ -232,7 +240,8 @@ class TrainerActor(Actor):
 
     # Per-rank figures that add up over trainers; the rest are averaged or maxed.
     _SUMMED = ("tokens", "samples", "trained_samples")
-    _MAXED = ("staleness_max", "train_s", "weight_send_s", "trainer_wait_s", "pushed_version")
+    _MAXED = ("staleness_max", "train_s", "weight_send_s", "weight_send_stall_s", "trainer_wait_s",
+              "pushed_version")
 
     def _reduce_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
         if self.dp_group is None:

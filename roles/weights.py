@@ -98,8 +98,11 @@ class WeightPath:
         # The plan exchange is collective over the job; only trainers and generators take part.
         shards = policy.local_params() if (policy is not None and mesh.role == "trainer") else None
         need = Need() if mesh.role == "generator" else None
+        # copy=False: trainers send straight from the parameters' memory (a copy costs about
+        # as much as the transfer on CPU: bench/weight_sync.py direct_s vs direct_copy_s); the
+        # trainer makes optimizer.step() wait for the sends in flight (WeightSender.guard).
         transport = make_weight_transport(
             cfg.weights.transport, mesh.comm, shards=shards, need=need,
-            bucket_bytes=cfg.weights.bucket_mb * 1024 * 1024,
+            bucket_bytes=cfg.weights.bucket_mb * 1024 * 1024, copy=False,
         )
         return cls(policy, group if trains else None, transport)

@@ -99,6 +99,8 @@ def test_sharded_trainers_feed_two_generators(tmp_path, sft_model):
     assert all(m["trainer"]["trained_samples"] == 16 * 8 for m in metrics)
     assert metrics[0]["trainer"]["kl_ref"] == pytest.approx(0.0, abs=1e-6)
     assert metrics[-1]["trainer"]["kl_ref"] > 0
+    # Trainers send from the parameters themselves; each update reports its wait for the sends.
+    assert all(m["trainer"]["weight_send_stall_s"] >= 0 for m in metrics[1:])
     # The saved policy is the full model gathered from both shards.
     from transformers import AutoModelForCausalLM
 

@@ -120,3 +120,27 @@ def test_kl_without_a_reference_model_is_refused(base_config):
     base_config["algorithm"].update({"loss": "grpo", "kl_coef": 0.5})
     with pytest.raises(ValueError, match="reference model"):
         _trainer(base_config, _tiny_llama(), skip=True, reference=None)
+
+
+class _RecordingSender:
+    """Stands in for a WeightSender: records when the optimizer waits for its sends."""
+
+    def __init__(self, copy: bool):
+        self.copy, self.waits = copy, 0
+
+    def guard(self, optimizer):
+        def wait(*_):
+            self.waits += 1
+        return optimizer.register_step_pre_hook(wait)
+
+
+@pytest.mark.parametrize("copy_out", [False, True])
+def test_update_waits_for_sends_that_read_the_parameters(base_config, copy_out):
+    # copy=False sends from the parameters themselves: optimizer.step() must wait for them
+    raw = copy.deepcopy(base_config)
+    cfg = config.parse(raw)
+    sender = _RecordingSender(copy_out)
+    policy = SimpleNamespace(model=_tiny_llama(), local_params=lambda: [], reference=None)
+    trainer = TrainerActor(SimpleNamespace(mesh=_Mesh()), cfg, policy, sender=sender)
+    trainer.train_on(_groups([[1, 0, 1, 0]]))
+    assert sender.waits == (0 if copy_out else 1)
