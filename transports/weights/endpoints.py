@@ -99,7 +99,7 @@ class WeightSender:
                                          for m, inp in zip(self._msgs, self._inplace))
         self._arena: torch.Tensor | None = None  # allocated at the first push, on the shards' device
         self._handles: list[Any] = []
-        self._handle_dsts: list[int] = []  # the peer of each handle
+        self._handle_dsts = [d for dsts in self._dsts for d in dsts]  # each send's peer, in order
         self._t0 = 0.0
         self.stats = SyncStats()
 
@@ -111,7 +111,7 @@ class WeightSender:
             self.channel.check_device(device)
             self._arena = torch.empty(self._total, dtype=torch.uint8, device=device)
         t0 = time.perf_counter()
-        handles, handle_dsts = [], []
+        handles = []
         for msg, dsts, off, inplace in zip(self._msgs, self._dsts, self._offs, self._inplace):
             if inplace:
                 pc = msg.pieces[0]
@@ -121,8 +121,7 @@ class WeightSender:
                 flat = self._arena[off:off + msg.nbytes]
                 pack(msg, flat, by_name)  # pipelined: earlier messages are on the wire meanwhile
             handles += [self.channel.isend(flat, dst, msg.tag) for dst in dsts]
-            handle_dsts += dsts
-        self._handles, self._handle_dsts, self._t0 = handles, handle_dsts, t0
+        self._handles, self._t0 = handles, t0
         self.stats = SyncStats(version, self.plan.nbytes_from(self.rank), len(handles),
                                post_s=time.perf_counter() - t0)
 
@@ -217,6 +216,7 @@ class WeightReceiver:
                 pc = m.pieces[0]
                 view = self._staging[pc.name][dest_index(pc, self._need[pc.name])]
                 self._targets.append((m, byte_view(view), False))
+        self._srcs = [m.src for m, _, _ in self._targets]  # each receive's peer, in order
         self._nbytes = plan.nbytes_to(self.rank)
         self._pollable = channel.pollable(self.device)
         self._handles: list[Any] = []
@@ -291,8 +291,7 @@ class WeightReceiver:
 
     def _wait_all(self) -> None:
         try:
-            waited = wait_for_last_of_each(self.channel, self._handles,
-                                           [m.src for m, _, _ in self._targets])
+            waited = wait_for_last_of_each(self.channel, self._handles, self._srcs)
             while self._done < len(self._handles):
                 if self._done not in waited:
                     self.channel.wait(self._handles[self._done])
