@@ -21,7 +21,10 @@ median seconds of one sync, barrier to barrier, for:
   raw_mpi_s, the raw transfer over MPI (one ``Isend`` per trainer-generator pair): the ceiling
   of that transport (``raw_bw_ratio_mpi``).
 
-Repetitions alternate between the contenders so that drift on a shared machine hits all alike;
+Generators post their receives before the clock starts, as ``GeneratorActor`` does (it posts
+the next version's receives as soon as it has loaded the current one); raw and the MPI
+contenders get the same head start, so the ceiling stays the ceiling. Gather+broadcast cannot
+post ahead: broadcasts are collectives. Repetitions alternate between the contenders so that drift on a shared machine hits all alike;
 figures are medians, ``min_s`` holds each contender's best round and ``loadavg_1m`` the
 machine's load when the size started. Prints one JSON line per size on rank 0. Sizes that
 would not fit in memory are reported as skipped. GB/s are 10^9 bytes per second of payload
@@ -138,14 +141,18 @@ class Bench:
         else:
             full = torch.empty(full_total, dtype=torch.uint8)
         version = [0]
+        posted = []  # raw receives, posted ahead
+
+        def post_direct(ep):
+            version[0] += 1
+            if not self.is_trainer:
+                ep.start(version[0])
 
         def direct(ep):
-            version[0] += 1
             if self.is_trainer:
                 ep.push(shards, version[0])
                 ep.wait()
             else:
-                ep.start(version[0])
                 out = ep.finish()
                 return lambda: self.check(dict(out), shapes)  # after the clock stops
 
@@ -165,25 +172,29 @@ class Bench:
                 for w in works:
                     w.wait()
 
+        def post_raw():
+            if not self.is_trainer:
+                posted[:] = [dist.irecv(full[:shard_bytes[0]], src=0),
+                             dist.irecv(full[shard_bytes[0]:sum(shard_bytes)], src=1)]
+
         def raw():
             if self.is_trainer:
                 flat = local_flat[:shard_bytes[TRAINERS.index(self.rank)]]
-                works = [dist.isend(flat, dst=g) for g in GENERATORS]
-            else:
-                works = [dist.irecv(full[:shard_bytes[0]], src=0),
-                         dist.irecv(full[shard_bytes[0]:sum(shard_bytes)], src=1)]
-            for w in works:
+                posted[:] = [dist.isend(flat, dst=g) for g in GENERATORS]
+            for w in posted:
                 w.wait()
+
+        def post_raw_mpi():
+            if not self.is_trainer:
+                buf = full.numpy()
+                posted[:] = [self.mpi_comm.Irecv(buf[:shard_bytes[0]], source=0, tag=7),
+                             self.mpi_comm.Irecv(buf[shard_bytes[0]:sum(shard_bytes)], source=1, tag=7)]
 
         def raw_mpi():
             if self.is_trainer:
                 flat = local_flat[:shard_bytes[TRAINERS.index(self.rank)]].numpy()
-                reqs = [self.mpi_comm.Isend(flat, dest=g, tag=7) for g in GENERATORS]
-            else:
-                buf = full.numpy()
-                reqs = [self.mpi_comm.Irecv(buf[:shard_bytes[0]], source=0, tag=7),
-                        self.mpi_comm.Irecv(buf[shard_bytes[0]:sum(shard_bytes)], source=1, tag=7)]
-            MPI.Request.Waitall(reqs)
+                posted[:] = [self.mpi_comm.Isend(flat, dest=g, tag=7) for g in GENERATORS]
+            MPI.Request.Waitall(posted)
 
         def endpoint(channel, copy=True):
             if self.is_trainer:
@@ -193,16 +204,17 @@ class Bench:
         ep, ep_copy = endpoint(TorchChannel(), copy=False), endpoint(TorchChannel())
         if not self.is_trainer:
             ep_copy = ep  # a receiver does not care how the trainer sends
-        times = self.timed({"direct_s": lambda: direct(ep),
-                            "direct_copy_s": lambda: direct(ep_copy),
-                            "gather_bcast_s": gather_bcast, "raw_s": raw})
+        times = self.timed({"direct_s": (lambda: post_direct(ep), lambda: direct(ep)),
+                            "direct_copy_s": (lambda: post_direct(ep_copy), lambda: direct(ep_copy)),
+                            "gather_bcast_s": (None, gather_bcast), "raw_s": (post_raw, raw)})
         post = self.comm.gather(ep_copy.stats.post_s if self.is_trainer else 0.0, root=0)
         stall = self.comm.gather(0.0 if self.is_trainer else ep.stats.stall_s, root=0)
         del ep, ep_copy
         gc.collect()
         if self.args.mpi:  # after the others, to keep one staging copy in memory at a time
             ep_mpi = endpoint(MPIChannel(self.mpi_comm), copy=False)
-            times.update(self.timed({"direct_mpi_s": lambda: direct(ep_mpi), "raw_mpi_s": raw_mpi}))
+            times.update(self.timed({"direct_mpi_s": (lambda: post_direct(ep_mpi), lambda: direct(ep_mpi)),
+                                     "raw_mpi_s": (post_raw_mpi, raw_mpi)}))
             del ep_mpi
 
         med = {k: statistics.median(v) for k, v in times.items()}
@@ -228,12 +240,15 @@ class Bench:
     def timed(self, contenders):
         """Seconds per call of each contender, barrier to barrier; rounds alternate contenders.
 
-        A contender may return a check of what it received: it runs after the clock stops
-        (raw and gather+broadcast are not checked, so the direct plan is not charged for it).
+        A contender is ``(post, run)``: ``post`` (or None) posts the receives before the clock
+        starts; ``run`` may return a check of what it received, which runs after the clock
+        stops (raw and gather+broadcast are not checked, so the direct plan is not charged).
         """
         times = {k: [] for k in contenders}
         for rep in range(self.args.reps + 1):  # the first round warms up and is dropped
-            for key, fn in contenders.items():
+            for key, (post, fn) in contenders.items():
+                if post is not None:
+                    post()
                 self.comm.Barrier()
                 t0 = time.perf_counter()
                 verify = fn()

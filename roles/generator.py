@@ -1,9 +1,11 @@
 """Generator rank: samples prompt batches with its engine, sends each group to a reward rank.
 
-New weights arrive in the background (the receiver posts its receives into staging
-buffers as soon as the trainer announces a version) and are swapped in at a batch
-boundary, so generation never stops for a transfer it does not need yet. It stops and
-waits only when a batch demands a newer policy than it holds (the staleness bound).
+New weights arrive in the background and are swapped in at a batch boundary, so generation
+never stops for a transfer it does not need yet. The receives for the next version are posted
+into staging buffers as soon as the current one is loaded, before the trainer pushes: the
+trainer's sends then go straight onto the wire while this rank generates, instead of waiting
+for it to reach a batch boundary and post them. It stops and waits only when a batch demands
+a newer policy than it holds (the staleness bound).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import numpy as np
 
 from roles.engines.base import SamplingConfig
 from roles.messages import BatchDone, FinalVersion, PromptBatch, Rollout, WeightsPushed
+from roles.weights import last_pushed_version
 from runtime import Actor, Envelope, handles
 
 
@@ -45,9 +48,11 @@ class GeneratorActor(Actor):
         self.queue: collections.deque[PromptBatch] = collections.deque()
         self.n_reward = cfg.world.reward.ranks
         self.final_version = 0  # set by FinalVersion just before Stop
+        self.last_version = last_pushed_version(cfg.run.steps)  # trainers push none newer
         # Weight-sync accounting since the last BatchDone (the controller logs it per step).
         self._load_s = 0.0
         self._syncs = 0
+        self._post_next_receive()
 
     @handles(PromptBatch)
     def on_batch(self, env: Envelope) -> None:
@@ -55,9 +60,15 @@ class GeneratorActor(Actor):
 
     @handles(WeightsPushed)
     def on_weights(self, env: Envelope) -> None:
-        self.announced.append(env.msg.version)
-        if len(self.announced) == 1:
-            self.receiver.start(env.msg.version)
+        version = env.msg.version
+        expected = self.version + len(self.announced) + 1  # the one its receives are posted for
+        where = f"generator {self.mailbox.mesh.index}: the trainer announced weights version {version}"
+        if version > self.last_version:
+            raise RuntimeError(f"{where}, but a run of {self.cfg.run.steps} steps pushes versions "
+                               f"up to {self.last_version}")
+        if version != expected:
+            raise RuntimeError(f"{where}, expected {expected} (versions come one by one)")
+        self.announced.append(version)
 
     @handles(FinalVersion)
     def on_final(self, env: Envelope) -> None:
@@ -88,8 +99,20 @@ class GeneratorActor(Actor):
         self.version = self.announced.popleft()
         self._load_s += time.perf_counter() - t0
         self._syncs += 1
-        if self.announced:
-            self.receiver.start(self.announced[0])
+        self._post_next_receive()
+
+    def _post_next_receive(self) -> None:
+        """Post the receives for the version after the one held, ahead of the trainer's push.
+
+        The staging buffers are free again once the engine has copied the current version.
+        With the receives already posted, each trainer send is matched on arrival (gloo
+        otherwise adds a round trip per message) and its bytes land while this rank
+        generates. Never past the last version pushed: a receive still posted when the job
+        ends could not be taken back (gloo has no cancel).
+        """
+        following = self.version + 1
+        if following <= self.last_version:
+            self.receiver.start(following)
 
     def _sync_weights(self, min_version: int) -> float:
         """Swap in finished transfers; block until ``min_version`` is held. Returns seconds waited."""

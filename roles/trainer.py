@@ -26,6 +26,7 @@ from roles import advantages as adv_lib
 from roles import losses
 from roles.logprobs import response_logprobs
 from roles.messages import Rollout, StepDone, WeightsPushed
+from roles.weights import last_pushed_version
 from runtime import Actor, Envelope, handles
 
 
@@ -101,7 +102,7 @@ class TrainerActor(Actor):
         t0 = time.perf_counter()
         self.version += 1
         # After the last step nobody samples again: pushing would only delay shutdown.
-        if self.step_index + 1 < self.cfg.run.steps:
+        if self.version <= last_pushed_version(self.cfg.run.steps):
             if self.is_leader and self.mailbox.mesh.size("generator"):
                 self.mailbox.send_role("generator", WeightsPushed(version=self.version))
             with self.spans.span("weight_send"):

@@ -23,6 +23,15 @@ from transports.weights import Need, make_weight_transport
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def last_pushed_version(steps: int) -> int:
+    """The newest weight version trainers push in a run of ``steps`` steps.
+
+    Version v is the policy after v optimizer steps; it is pushed after every step but the
+    last (nobody samples after it), so generators receive versions 1 .. steps - 1.
+    """
+    return max(steps - 1, 0)
+
+
 @dataclass
 class Policy:
     """The trained model as a training rank holds it (whole, or its FSDP2 shard)."""

@@ -8,8 +8,9 @@ other ranks, which pass neither ``shards`` nor ``need`` and get None)::
     sender.push(local_shards(model), version)  # copies the shards out, posts the sends, returns
     # generator ranks
     receiver = make_weight_transport("torch", comm, need=Need(), group=wg)
-    receiver.start(version)                    # on the mailbox notice
+    receiver.start(version)        # ahead of the push: the sends then find the receives posted
     if receiver.ready(): engine.load_weights(receiver.finish())   # at a batch boundary
+    receiver.start(version + 1)    # once loaded: the staging buffers are free again
 
 Set-up errors on any rank (bad device, 0-d parameter, ...) are raised on every rank of ``comm``,
 so no rank is left waiting in the exchange.

@@ -234,7 +234,12 @@ class WeightReceiver:
         return self._arena.numel() + self._pack_arena.numel()
 
     def start(self, version: int) -> None:
-        """Post every receive for ``version`` and return at once."""
+        """Post every receive for ``version`` and return at once.
+
+        Best called before the trainers push (as soon as the previous version is loaded): a
+        send that finds its receive posted goes straight onto the wire, where gloo would
+        otherwise add a round trip per message.
+        """
         if self.version is not None:
             raise RuntimeError(f"start({version}) while version {self.version} is still being "
                                "received: call finish() first")
