@@ -1,7 +1,7 @@
 """Direct shard-to-generator weight sync vs gather+broadcast vs a raw transfer, in one run.
 
     mpirun -n 4 python bench/weight_sync.py [--sizes 25M,100M,400M] [--dtype float32]
-                                            [--bucket-mib 64] [--reps 5] [--no-mpi]
+                                            [--bucket-mib 64] [--reps N] [--no-mpi]
 
 Ranks 0-1 are trainers, each holding the dim-0 (FSDP2-style) shards of a synthetic
 Llama-shaped model; ranks 2-3 are generators that need the full weights. Per model size, the
@@ -118,6 +118,8 @@ class Bench:
         bucket = self.args.bucket_mib << 20
         pack_below = {} if self.args.pack_below_kib is None else {"pack_below": self.args.pack_below_kib << 10}
         plan = build_plan(meta, {g: Need() for g in GENERATORS}, bucket_bytes=bucket, **pack_below)
+        # Small syncs are cheap and noisy: give them more rounds (25M float32: 15).
+        self.reps = self.args.reps or max(5, min(25, round(1.5e9 / model_bytes)))
         full_offs, full_total = layout(torch.Size(s).numel() * self.itemsize for _, s in shapes)
         shard_bytes = [plan.nbytes_from(tr) // len(GENERATORS) for tr in TRAINERS]
 
@@ -234,7 +236,7 @@ class Bench:
             out.update({"copy_mode_pack_post_s": round(max(post), 4),
                         "generator_stall_s": round(max(stall), 4),
                         "bytes_per_sync": recv_bytes, "bucket_mib": self.args.bucket_mib,
-                        "messages_per_trainer": len(plan.sends(0)), "reps": self.args.reps})
+                        "messages_per_trainer": len(plan.sends(0)), "reps": self.reps})
         return out
 
     def timed(self, contenders):
@@ -245,7 +247,7 @@ class Bench:
         stops (raw and gather+broadcast are not checked, so the direct plan is not charged).
         """
         times = {k: [] for k in contenders}
-        for rep in range(self.args.reps + 1):  # the first round warms up and is dropped
+        for rep in range(self.reps + 1):  # the first round warms up and is dropped
             for key, (post, fn) in contenders.items():
                 if post is not None:
                     post()
@@ -276,7 +278,9 @@ def main():
     ap.add_argument("--sizes", default="25M,100M,400M", help=f"comma list of {list(SIZES)}")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--bucket-mib", type=int, default=64)
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=None,
+                    help="rounds per size (default: about 1.5 GB of model per contender, 5 to 25: "
+                         "small syncs take milliseconds and vary by 20%% round to round here)")
     ap.add_argument("--pack-below-kib", type=int, default=None,
                     help="pieces smaller than this share flat messages (default: the CPU default)")
     ap.add_argument("--no-mpi", dest="mpi", action="store_false",
