@@ -24,11 +24,11 @@ median seconds of one sync, barrier to barrier, for:
 Generators post their receives before the clock starts, as ``GeneratorActor`` does (it posts
 the next version's receives as soon as it has loaded the current one); raw and the MPI
 contenders get the same head start, so the ceiling stays the ceiling. Gather+broadcast cannot
-post ahead: broadcasts are collectives. Repetitions alternate between the contenders so that drift on a shared machine hits all alike;
-figures are medians, ``min_s`` holds each contender's best round and ``loadavg_1m`` the
-machine's load when the size started. Prints one JSON line per size on rank 0. Sizes that
-would not fit in memory are reported as skipped. GB/s are 10^9 bytes per second of payload
-received by the generators.
+post ahead: broadcasts are collectives. Repetitions alternate between the contenders so that
+drift on a shared machine hits all alike; figures are medians, ``min_s`` holds each
+contender's best round and ``loadavg_1m`` the machine's load when the size started. Prints
+one JSON line per size on rank 0. Sizes that would not fit in memory are reported as skipped.
+GB/s are 10^9 bytes per second of payload received by the generators.
 """
 
 from __future__ import annotations
