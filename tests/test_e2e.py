@@ -87,11 +87,15 @@ def test_the_vllm_engine_runs_the_same_job(tmp_path, sft_model):
     assert sum(m["weight_sync_s"] for m in metrics) > 0
 
 
-def test_sharded_trainers_feed_two_generators(tmp_path, sft_model):
+# Not the id "mpi": pytest-mpi skips tests with that keyword unless run under --with-mpi.
+@pytest.mark.parametrize("transport", ["torch", "mpi"], ids=["gloo", "mpi-buffers"])
+def test_sharded_trainers_feed_two_generators(tmp_path, sft_model, transport):
     """2 FSDP2 trainers push their shards straight to 2 generators (6 ranks): the job runs.
 
-    With GRPO and a KL term, so the frozen reference is loaded and sharded like the policy."""
+    With GRPO and a KL term, so the frozen reference is loaded and sharded like the policy;
+    over gloo and over MPI buffers, with the generators' receives posted ahead of each push."""
     metrics = run(tmp_path, sft_model, world={"generator": 2, "trainer": 2},
+                  weights={"transport": transport},
                   algorithm={"loss": "grpo", "kl_coef": 0.05}, run={"steps": 4, "max_staleness": 1})
     assert [m["policy_version"] for m in metrics] == [1, 2, 3, 4]
     assert all(m["tokens"] > 0 and m["trainer"]["samples"] == 16 * 8 for m in metrics)
