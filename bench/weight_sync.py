@@ -119,7 +119,7 @@ class Bench:
         pack_below = {} if self.args.pack_below_kib is None else {"pack_below": self.args.pack_below_kib << 10}
         plan = build_plan(meta, {g: Need() for g in GENERATORS}, bucket_bytes=bucket, **pack_below)
         # Small syncs are cheap and noisy: give them more rounds (25M float32: 15).
-        self.reps = self.args.reps or max(5, min(25, round(1.5e9 / model_bytes)))
+        reps = self.args.reps or max(5, min(25, round(1.5e9 / model_bytes)))
         full_offs, full_total = layout(torch.Size(s).numel() * self.itemsize for _, s in shapes)
         shard_bytes = [plan.nbytes_from(tr) // len(GENERATORS) for tr in TRAINERS]
 
@@ -208,7 +208,8 @@ class Bench:
             ep_copy = ep  # a receiver does not care how the trainer sends
         times = self.timed({"direct_s": (lambda: post_direct(ep), lambda: direct(ep)),
                             "direct_copy_s": (lambda: post_direct(ep_copy), lambda: direct(ep_copy)),
-                            "gather_bcast_s": (None, gather_bcast), "raw_s": (post_raw, raw)})
+                            "gather_bcast_s": (None, gather_bcast), "raw_s": (post_raw, raw)},
+                           reps)
         post = self.comm.gather(ep_copy.stats.post_s if self.is_trainer else 0.0, root=0)
         stall = self.comm.gather(0.0 if self.is_trainer else ep.stats.stall_s, root=0)
         del ep, ep_copy
@@ -216,7 +217,7 @@ class Bench:
         if self.args.mpi:  # after the others, to keep one staging copy in memory at a time
             ep_mpi = endpoint(MPIChannel(self.mpi_comm), copy=False)
             times.update(self.timed({"direct_mpi_s": (lambda: post_direct(ep_mpi), lambda: direct(ep_mpi)),
-                                     "raw_mpi_s": (post_raw_mpi, raw_mpi)}))
+                                     "raw_mpi_s": (post_raw_mpi, raw_mpi)}, reps))
             del ep_mpi
 
         med = {k: statistics.median(v) for k, v in times.items()}
@@ -236,18 +237,19 @@ class Bench:
             out.update({"copy_mode_pack_post_s": round(max(post), 4),
                         "generator_stall_s": round(max(stall), 4),
                         "bytes_per_sync": recv_bytes, "bucket_mib": self.args.bucket_mib,
-                        "messages_per_trainer": len(plan.sends(0)), "reps": self.reps})
+                        "messages_per_trainer": len(plan.sends(0)), "reps": reps})
         return out
 
-    def timed(self, contenders):
-        """Seconds per call of each contender, barrier to barrier; rounds alternate contenders.
+    def timed(self, contenders, reps):
+        """Seconds per call of each contender over ``reps`` rounds, barrier to barrier; rounds
+        alternate contenders.
 
         A contender is ``(post, run)``: ``post`` (or None) posts the receives before the clock
         starts; ``run`` may return a check of what it received, which runs after the clock
         stops (raw and gather+broadcast are not checked, so the direct plan is not charged).
         """
         times = {k: [] for k in contenders}
-        for rep in range(self.reps + 1):  # the first round warms up and is dropped
+        for rep in range(reps + 1):  # the first round warms up and is dropped
             for key, (post, fn) in contenders.items():
                 if post is not None:
                     post()
