@@ -148,6 +148,19 @@ class ModelSection(_Section):
             raise ValueError(f"{v!r} has no config.json: not a Hugging Face model folder")
         return v
 
+    def context_length(self) -> int | None:
+        """``max_position_embeddings`` of the model's config.json (None when it has none)."""
+        import json
+
+        try:
+            data = json.loads((Path(self.path) / "config.json").read_text())
+        except (OSError, ValueError):
+            return None
+        if isinstance(data.get("text_config"), dict):  # multimodal configs nest the LM's
+            data = {**data, **data["text_config"]}
+        n = data.get("max_position_embeddings")
+        return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
 
 class RolloutSection(_Section):
     prompts_per_step: int = Field(16, gt=0)  # prompt groups the trainer consumes per step
@@ -184,21 +197,121 @@ class AlgorithmSection(_Section):
         return self
 
 
-class TaskSection(_Section):
-    name: Literal["arith"] = "arith"  # the prompt set and its built-in verifier
-    max_operand: int = Field(20, gt=1)  # arith: a, b < max_operand
-    heldout_fraction: float = Field(0.2, gt=0, lt=1)  # arith: pairs kept out of training
-    verifier: str = "arith_exact"  # built-in verifier name, or "package.module:function"
-    verifier_timeout_s: float = Field(2.0, gt=0)  # a slower user function scores 0
+# The task and reward sections belong to their components: each built-in or user task and
+# reward declares its own Config (roles.tasks / roles.rewards), and the role map validates the
+# section against that class, so a typo in a task option is named like any other field.
 
-    @field_validator("verifier")
+
+def _nested_error(loc: tuple, message: str, value) -> ValidationError:
+    """A validation error at ``loc`` inside the field being validated (so it reads task.name: ...)."""
+    return ValidationError.from_exception_data(
+        "RoleMap", [{"type": "value_error", "loc": loc, "input": value, "ctx": {"error": ValueError(message)}}]
+    )
+
+
+def _task_section(value):
+    """``task: {name: ..., <the task's own options>}`` validated by that task's Config."""
+    from roles.plugins import PluginError
+    from roles.tasks import task_class
+
+    value = {} if value is None else value
+    if not isinstance(value, dict):
+        raise ValueError(f"a mapping with the task's name and options, got {type(value).__name__}")
+    name = value.get("name", "arith")
+    if not isinstance(name, str):
+        raise _nested_error(("name",), f"a task name is a string, got {name!r}", name)
+    try:
+        cls = task_class(name)
+    except PluginError as e:
+        raise _nested_error(("name",), str(e), name) from None
+    return cls.Config.model_validate(value)
+
+
+class RewardComponent(_Section):
+    """One scorer of a (possibly weighted) reward; its options are checked by its own Config."""
+
+    name: str  # a built-in (roles.rewards.REWARDS) or "package.module:function" / ":Class"
+    weight: float = 1.0  # the reward is the weighted sum of its components' scores
+    label: str | None = None  # the name it is logged under (default: name); must be unique
+    options: dict = {}  # the reward's own options (written beside name in the role map)
+
+    @model_validator(mode="before")
     @classmethod
-    def _verifier_form(cls, v: str) -> str:
-        if ":" in v:
-            module, _, fn = v.partition(":")
-            if not module or not fn or not fn.isidentifier():
-                raise ValueError(f"a user verifier is written 'package.module:function', got {v!r}")
+    def _options_beside_name(cls, value):
+        from roles.plugins import PluginError
+        from roles.rewards import options_class, reward_object
+
+        if isinstance(value, str):
+            value = {"name": value}
+        if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+            return value  # pydantic names what is missing or mistyped
+        own = {"name", "weight", "label"}
+        options = {k: v for k, v in value.items() if k not in own}
+        try:
+            reward_object(value["name"])
+            schema = options_class(value["name"])
+        except PluginError as e:
+            raise _nested_error(("name",), str(e), value["name"]) from None
+        if schema is not None:
+            schema.model_validate(options)  # raises with each option's location
+        elif options:
+            raise _nested_error((sorted(options)[0],), f"reward {value['name']!r} takes no options "
+                                f"(got {', '.join(sorted(options))})", options)
+        return {**{k: v for k, v in value.items() if k in own}, "options": options}
+
+    @property
+    def logged_as(self) -> str:
+        return self.label or self.name
+
+
+class RewardSection(_Section):
+    # What scores a response. Written as a name (reward: gsm8k), one component with its options
+    # (reward: {name: format, boxed: true}), or weighted components (a list, or components:).
+    # Empty: the task's default reward (gsm8k -> gsm8k, math -> math_verify).
+    components: list[RewardComponent] = []
+    # Seconds one response may take to score (all components); past it the scorer's process is
+    # killed and the response scores 0 (counted in verifier_timeouts). Holds even inside C code.
+    timeout_s: float = Field(5.0, gt=0)
+    workers: int = Field(1, gt=0)  # scorer processes per reward rank (give a rank as many cores)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value):
+        if value is None:
+            return {}
+        if isinstance(value, (str, list)):
+            return {"components": value if isinstance(value, list) else [value]}
+        if isinstance(value, dict) and "name" in value:
+            section = {k: value[k] for k in ("timeout_s", "workers") if k in value}
+            return {**section, "components": [{k: v for k, v in value.items() if k not in section}]}
+        return value
+
+    @field_validator("components")
+    @classmethod
+    def _unique_labels(cls, v: list[RewardComponent]) -> list[RewardComponent]:
+        seen = [c.logged_as for c in v]
+        for label in seen:
+            if seen.count(label) > 1:
+                raise ValueError(f"two components are logged as {label!r}: give one a label")
         return v
+
+
+class EvalSection(_Section):
+    # Evaluate the newest policy on the task's eval split every this many steps (0: never
+    # during training). Eval prompts go through the same generators and reward ranks, tagged
+    # so no trainer sees them; a run with eval also evaluates its final policy.
+    every_steps: int = Field(0, ge=0)
+    before_training: bool = False  # also evaluate the starting policy (version 0)
+    examples: int | None = Field(None, gt=0)  # the first N eval examples (None: all of them)
+    # Greedy decoding always gives pass@1; samples: k also draws k responses per example at
+    # `temperature` for mean@k and pass@k (unbiased estimator).
+    samples: int = Field(0, ge=0)
+    temperature: float = Field(1.0, gt=0)
+    max_new_tokens: int | None = Field(None, gt=0)  # None: rollout.max_new_tokens
+
+    @property
+    def enabled(self) -> bool:
+        return self.every_steps > 0 or self.before_training
 
 
 class WeightsSection(_Section):
@@ -220,9 +333,47 @@ class RoleMap(_Section):
     model: ModelSection
     rollout: RolloutSection = RolloutSection()
     algorithm: AlgorithmSection = AlgorithmSection()
-    task: TaskSection = TaskSection()
+    # The prompt source (roles.tasks): its name and its own options. Default: the arith demo.
+    task: Any = None
+    reward: RewardSection = RewardSection()
+    eval: EvalSection = EvalSection()
     weights: WeightsSection = WeightsSection()
     run: RunSection
+
+    _task = field_validator("task", mode="before")(lambda cls, v: _task_section(v))
+
+    @model_validator(mode="after")
+    def _reward_of_the_task(self) -> "RoleMap":
+        if not self.reward.components:
+            from roles.tasks import task_class
+
+            default = task_class(self.task.name).default_reward
+            if default is None:
+                raise ValueError(f"reward: task {self.task.name!r} has no default reward; name one "
+                                 "(reward: {name: exact}, or package.module:function)")
+            self.reward = RewardSection.model_validate(
+                {"components": [default], "timeout_s": self.reward.timeout_s, "workers": self.reward.workers})
+        return self
+
+    @model_validator(mode="after")
+    def _prompts_fit_the_context(self) -> "RoleMap":
+        context = self.model.context_length()
+        limit, new = self.task.max_prompt_tokens, self.rollout.max_new_tokens
+        if context is not None:
+            if new >= context:
+                raise ValueError(f"rollout.max_new_tokens ({new}) leaves no room for a prompt in "
+                                 f"the model's context of {context} tokens (max_position_embeddings)")
+            if limit is not None and limit + new > context:
+                raise ValueError(f"task.max_prompt_tokens ({limit}) + rollout.max_new_tokens ({new}) "
+                                 f"exceeds the model's context of {context} tokens (max_position_embeddings)")
+        return self
+
+    def prompt_token_limit(self) -> int | None:
+        """Longest prompt kept: task.max_prompt_tokens, else what the model's context leaves."""
+        if self.task.max_prompt_tokens is not None:
+            return self.task.max_prompt_tokens
+        context = self.model.context_length()
+        return None if context is None else context - self.rollout.max_new_tokens
 
     @model_validator(mode="after")
     def _batches_fit(self) -> "RoleMap":
@@ -258,7 +409,7 @@ def _format(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
         # Checks across sections have no location: their message starts with the field.
-        where = ".".join(str(p) for p in e["loc"])
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"]).lstrip(".")
         if not where:
             lines.append(e["msg"].removeprefix("Value error, "))
         elif e["type"] == "extra_forbidden":

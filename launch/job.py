@@ -26,7 +26,8 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def run_rank(cfg: RoleMap, config_path: str) -> None:
+def run_rank(cfg: RoleMap, config_path: str, data=None) -> None:
+    """``data``: the controller's ``PreparedData`` (rank 0 prepared it before anything else)."""
     world = MPI.COMM_WORLD
     roles = cfg.world.roles_by_rank()
     role = roles[world.Get_rank()]
@@ -35,7 +36,7 @@ def run_rank(cfg: RoleMap, config_path: str) -> None:
         mesh = Mesh(world, roles)
         mailbox = Mailbox(mesh)
         seed_everything(cfg.run.seed + 1000 * mesh.rank)
-        actor = build_actor(cfg, mesh, mailbox)
+        actor = build_actor(cfg, mesh, mailbox, data)
         t0 = time.perf_counter()
         actor.run()
         actor.spans.write(cfg.run.out)
@@ -44,28 +45,25 @@ def run_rank(cfg: RoleMap, config_path: str) -> None:
     # Every rank returns here; mpi4py finalizes MPI at interpreter exit.
 
 
-def build_actor(cfg: RoleMap, mesh: Mesh, mailbox: Mailbox):
-    from transformers import AutoTokenizer
-
+def build_actor(cfg: RoleMap, mesh: Mesh, mailbox: Mailbox, data=None):
     from roles.weights import WeightPath
 
     # The weight path spans trainers and generators; it is collective, so every rank
     # (controller and reward ranks too) takes part in building it.
     weights = WeightPath.build(cfg, mesh)
-    tokenizer = AutoTokenizer.from_pretrained(cfg.model.path)
 
     if mesh.role == "controller":
+        from launch.data import prepare_data
         from roles.controller import ControllerActor
-        from roles.tasks.arith import ArithConfig, ArithTask
 
-        task = ArithTask(tokenizer, ArithConfig(cfg.task.max_operand, cfg.task.heldout_fraction, cfg.run.seed))
-        prompts = {p.id: task.encode_prompt(p) for p in task.train_prompts()}
+        data = data if data is not None else prepare_data(cfg)
         progress = None
         if cfg.run.progress:
             from tqdm import tqdm
 
             progress = tqdm(total=cfg.run.steps, desc="mpirl steps", unit="step", dynamic_ncols=True)
-        return ControllerActor(mailbox, cfg, prompts, progress=progress)
+        return ControllerActor(mailbox, cfg, data.train_prompts, progress=progress,
+                               eval_prompts=data.eval_prompts, data_stats=data.stats)
 
     if mesh.role == "generator":
         from roles.engines import make_engine
@@ -75,9 +73,19 @@ def build_actor(cfg: RoleMap, mesh: Mesh, mailbox: Mailbox):
         return GeneratorActor(mailbox, cfg, engine, weights.transport)
 
     if mesh.role == "reward":
-        from roles.reward import RewardActor
+        from transformers import AutoTokenizer
 
-        return RewardActor(mailbox, cfg, tokenizer)
+        from roles.reward import RewardActor
+        from roles.rewards.combine import ComponentSpec
+        from roles.rewards.sandbox import RewardSandbox
+        from roles.tasks import build_task
+
+        # The same task as the controller's (same config, same seed): answers are found by id.
+        task = build_task(cfg.task, seed=cfg.run.seed)
+        specs = [ComponentSpec(label=c.logged_as, name=c.name, weight=c.weight, options=c.options)
+                 for c in cfg.reward.components]
+        scorer = RewardSandbox(specs, cfg.reward.timeout_s, workers=cfg.reward.workers)
+        return RewardActor(mailbox, cfg, AutoTokenizer.from_pretrained(cfg.model.path), task, scorer)
 
     policy = weights.policy
     save = lambda actor: policy.save(os.path.join(cfg.run.out, "policy"), is_leader=mesh.index == 0)  # noqa: E731

@@ -3,6 +3,7 @@
 Every rank parses and validates the file itself (they all read the same file, so they
 all reach the same verdict without talking). On a bad file rank 0 prints the one message
 and every rank exits with code 2, before any collective call could leave a peer waiting.
+Then rank 0 prepares the data (``launch/data.py``) and tells every rank whether it could.
 """
 
 from __future__ import annotations
@@ -40,6 +41,31 @@ def main(argv: list[str] | None = None) -> None:
     except config.ConfigError as e:
         _fail_config(str(e))
 
+    # The data next, on rank 0 only (it feeds the prompts); its verdict reaches every rank
+    # before any of them starts collective work, so a bad file stops all of them alike.
+    data, problem = None, None
+    if world.Get_rank() == 0:
+        from launch.data import prepare_data
+
+        try:
+            data = prepare_data(cfg)
+            print(f"mpirl: {data.describe(cfg.task.name)}", flush=True)
+        except config.ConfigError as e:
+            problem = (EXIT_CONFIG, str(e))
+        except Exception:  # noqa: BLE001 - a crash here must still release the other ranks
+            import traceback
+
+            traceback.print_exc()
+            problem = (1, "preparing the data failed (traceback above)")
+    problem = world.bcast(problem, root=0)
+    if problem is not None:
+        code, message = problem
+        if code == EXIT_CONFIG:
+            _fail_config(f"{args.config}: {message}")
+        if world.Get_rank() == 0:
+            print(f"mpirl: {message}", file=sys.stderr, flush=True)
+        sys.exit(code)
+
     from launch.job import run_rank  # heavy imports (torch) only once the config is sound
 
-    run_rank(cfg, args.config)
+    run_rank(cfg, args.config, data)

@@ -38,7 +38,7 @@ def prepare_model(out_dir: str | Path, seed: int = 0, sft_steps: int = 400, size
     import torch
 
     from roles.sft import sft_warm_start
-    from roles.tasks.arith import ArithConfig, ArithTask
+    from roles.tasks.arith import ArithConfig, ArithTokens
     from roles.tasks.tiny_llama import TINY, build_tiny_llama
 
     out = Path(out_dir)
@@ -50,7 +50,7 @@ def prepare_model(out_dir: str | Path, seed: int = 0, sft_steps: int = 400, size
             return done["report"]
     torch.manual_seed(seed)
     base = build_tiny_llama(out / "base", ALPHABET, seed=seed, **(size or TINY).kwargs())
-    task = ArithTask(str(base), ArithConfig(seed=seed))
+    task = ArithTokens(str(base), ArithConfig(seed=seed))
     report = sft_warm_start(base, task, out_dir=out / "sft", steps=sft_steps, lr=sft_lr, seed=seed)
     stamp.write_text(json.dumps({"settings": settings, "report": report}, default=float))
     return report
@@ -59,10 +59,10 @@ def prepare_model(out_dir: str | Path, seed: int = 0, sft_steps: int = 400, size
 def heldout_accuracy(model_dir: str | Path, seed: int = 0) -> float:
     from transformers import AutoModelForCausalLM
 
-    from roles.tasks.arith import ArithConfig, ArithTask
+    from roles.tasks.arith import ArithConfig, ArithTokens
 
     model = AutoModelForCausalLM.from_pretrained(str(model_dir))
-    task = ArithTask(str(model_dir), ArithConfig(seed=seed))
+    task = ArithTokens(str(model_dir), ArithConfig(seed=seed))
     return task.heldout_accuracy(model)
 
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 import collections
 import time
 
-from roles.engines.base import SamplingConfig
-from roles.generator import publish_groups
+from roles.generator import publish_groups, sampling_for
 from roles.messages import BatchDone, PromptBatch
 from roles.trainer import TrainerActor
 from runtime import Envelope, handles
@@ -62,10 +61,7 @@ class ColocatedActor(TrainerActor):
         return super().step()  # trains once this rank's groups of the step are all back
 
     def _generate(self, batch: PromptBatch) -> None:
-        sampling = SamplingConfig(
-            temperature=self.cfg.rollout.temperature, top_p=self.cfg.rollout.top_p,
-            max_new_tokens=self.cfg.rollout.max_new_tokens, seed=batch.seed,
-        )
+        sampling = sampling_for(batch, self.cfg.rollout)
         self.model.eval()
         t0 = time.perf_counter()
         with self.spans.span("generate"):
@@ -75,5 +71,5 @@ class ColocatedActor(TrainerActor):
         self.mailbox.send(("controller", 0), BatchDone(
             batch_id=batch.batch_id, step=batch.step, groups=len(groups), tokens=tokens,
             policy_version=self.version, generate_s=generate_s, wait_s=0.0,
-            weight_load_s=self.sender.last_s, weight_syncs=0,
+            weight_load_s=self.sender.last_s, weight_syncs=0, eval_round=batch.eval_round,
         ))

@@ -6,6 +6,11 @@ tagged with that minimum version (the generator waits for those weights if it la
 it trains (synchronous on-policy), with 1 the generators sample step s+1 while the trainer
 trains step s (LlamaRL's one-step off-policy). It logs one JSON line per step from the
 notices it receives and stops everyone after ``run.steps`` steps.
+
+With ``eval`` set it also sends evaluation rounds (``roles.evaluation``) through the same
+generators, tagged so that reward ranks return them here instead of to a trainer; training
+prompts keep flowing meanwhile, so an eval costs generator time, not a pause. A run with eval
+evaluates its final policy before it stops, and ``summary.json`` holds the figures.
 """
 
 from __future__ import annotations
@@ -17,17 +22,24 @@ from pathlib import Path
 
 import numpy as np
 
-from roles.messages import BatchDone, FinalVersion, PromptBatch, Scored, StepDone
+from roles.evaluation import EvalRound
+from roles.messages import (EVAL_GREEDY, EVAL_SAMPLED, BatchDone, EvalScored, FinalVersion, PromptBatch,
+                            Scored, StepDone)
 from runtime import Actor, Envelope, Stop, handles
 
 
 class ControllerActor(Actor):
-    def __init__(self, mailbox, cfg, prompts: dict[int, np.ndarray], progress=None):
-        """``prompts`` maps each training prompt's id to its token ids."""
+    def __init__(self, mailbox, cfg, prompts: dict[int, np.ndarray], progress=None,
+                 eval_prompts: dict[int, np.ndarray] | None = None, data_stats: dict | None = None):
+        """``prompts`` maps each training example's id to its prompt token ids; ``eval_prompts``
+        the same for the examples an eval round sends (in order). ``data_stats``: counts of
+        the data as prepared (examples, prompts left out for length), logged with each step."""
         super().__init__(mailbox)
         self.cfg = cfg
         self.prompts = prompts
         self.prompt_keys = sorted(prompts)
+        self.eval_prompts = eval_prompts or {}
+        self.data_stats = dict(data_stats or {})
         self.rng = np.random.default_rng(cfg.run.seed)
         self.order = self._epoch_order()
         self.cursor = 0  # position in the current epoch's order (part of the data position)
@@ -48,6 +60,15 @@ class ControllerActor(Actor):
         self.progress = progress
         self.history: list[dict] = []
         self.last_pushed = 0  # newest weight version the trainer has sent to generators
+        self.eval_file = open(self.out / "eval.jsonl", "w") if cfg.eval.enabled else None
+        self.eval_rounds: dict[int, EvalRound] = {}  # in flight
+        self.evals: list[dict] = []  # finished rounds' records
+        self.next_eval_group = 0
+        self.finishing = False  # the last step is done; waiting for the final eval
+        if cfg.eval.enabled and not self.eval_prompts:
+            raise ValueError("eval is set but there are no eval prompts (the task's eval split is empty)")
+        if cfg.eval.before_training:
+            self._start_eval(version=0)  # first, so the generators sample it with version 0
         self._fill()
 
     def step(self) -> bool:
@@ -89,7 +110,7 @@ class ControllerActor(Actor):
                 batch_id=self.next_batch_id,
                 step=step,
                 min_version=min_version,
-                prompt_ids=chunk,
+                example_ids=chunk,
                 group_ids=[step * P + start + i for i in range(len(chunk))],
                 prompts=[self.prompts[i] for i in chunk],
                 samples_per_prompt=self.cfg.rollout.samples_per_prompt,
@@ -99,11 +120,57 @@ class ControllerActor(Actor):
             self.mailbox.send((self.generate_role, self.next_batch_id % self.n_generators), batch)
             self.next_batch_id += 1
 
+    def _start_eval(self, version: int) -> None:
+        """Send one eval round: greedy responses, and ``eval.samples`` sampled ones, per example."""
+        ev = self.cfg.eval
+        ids = list(self.eval_prompts)
+        rnd = EvalRound(round=len(self.evals) + len(self.eval_rounds), policy_version=version,
+                        step=len(self.history), example_ids=ids, samples=ev.samples)
+        self.eval_rounds[rnd.round] = rnd
+        passes = [(EVAL_GREEDY, 1, 0.0)] + ([(EVAL_SAMPLED, ev.samples, ev.temperature)] if ev.samples else [])
+        for purpose, n, temperature in passes:
+            for start in range(0, len(ids), self.batch_prompts):
+                chunk = ids[start : start + self.batch_prompts]
+                # Negative group ids: never a training group's, and still spread over reward ranks.
+                groups = [-(self.next_eval_group + i + 1) for i in range(len(chunk))]
+                self.next_eval_group += len(chunk)
+                self.mailbox.send((self.generate_role, self.next_batch_id % self.n_generators), PromptBatch(
+                    batch_id=self.next_batch_id, step=rnd.step, min_version=version, example_ids=chunk,
+                    group_ids=groups, prompts=[self.eval_prompts[i] for i in chunk], samples_per_prompt=n,
+                    seed=self.cfg.run.seed * 1_000_003 + self.next_batch_id, purpose=purpose,
+                    eval_round=rnd.round, temperature=temperature, max_new_tokens=ev.max_new_tokens,
+                ))
+                self.next_batch_id += 1
+
+    @handles(EvalScored)
+    def on_eval_scored(self, env: Envelope) -> None:
+        m: EvalScored = env.msg
+        rnd = self.eval_rounds.get(m.eval_round)
+        if rnd is None:
+            raise RuntimeError(f"an eval result for round {m.eval_round}, which is not in flight")
+        rnd.add(m)
+        if not rnd.done:
+            return
+        del self.eval_rounds[m.eval_round]
+        record = {**rnd.metrics(), "elapsed_s": time.perf_counter() - self.t_start}
+        self.evals.append(record)
+        self.eval_file.write(json.dumps(record) + "\n")
+        self.eval_file.flush()
+        if self.progress is not None:
+            self.progress.write(f"eval {record['eval_round']} (version {record['policy_version']}): "
+                                f"pass@1 {record['pass@1']:.3f}")
+        if self.finishing and not self.eval_rounds:
+            self._finish()
+
     # -------------------------------------------------------------------- notices
 
     @handles(BatchDone)
     def on_batch_done(self, env: Envelope) -> None:
         m: BatchDone = env.msg
+        if m.eval_round >= 0:
+            if m.eval_round in self.eval_rounds:
+                self.eval_rounds[m.eval_round].generate_s += m.generate_s
+            return
         c = self.gen[m.step]
         c["generate_s"] += m.generate_s
         c["gen_wait_s"] += m.wait_s
@@ -119,6 +186,12 @@ class ControllerActor(Actor):
         c["score_s"] += m.score_s
         c["verifier_failures"] += m.failures
         c["verifier_timeouts"] += m.timeouts
+        for key in ("samples", "reward_sum", "correct_sum", "length_sum", "clipped", "groups",
+                    "zero_advantage_groups"):
+            c[key] += getattr(m, key)
+        c["length_max"] = max(c["length_max"], m.length_max)
+        for label, total in m.components.items():
+            c[f"component:{label}"] += total
 
     @handles(StepDone)
     def on_step_done(self, env: Envelope) -> None:
@@ -131,7 +204,7 @@ class ControllerActor(Actor):
             "step": m.step,
             "policy_version": m.version,
             "reward_mean": m.metrics.get("reward_mean"),
-            "accuracy": m.metrics.get("accuracy"),
+            **self._response_metrics(scored),
             "loss": m.metrics.get("loss"),
             "tokens": int(m.metrics.get("tokens", 0)),
             "generation_s": gen.get("generate_s", 0.0),
@@ -143,6 +216,7 @@ class ControllerActor(Actor):
             "staleness_mean": m.metrics.get("staleness_mean"),
             "verifier_failures": int(scored.get("verifier_failures", 0)),
             "verifier_timeouts": int(scored.get("verifier_timeouts", 0)),
+            "prompts_too_long": int(self.data_stats.get("prompts_too_long", 0)),
             "step_s": now - self.t_last_step,
             "busy": self._busy_fractions(gen, scored, m.metrics, now - self.t_last_step),
             "elapsed_s": now - self.t_start,
@@ -156,14 +230,63 @@ class ControllerActor(Actor):
             self.progress.update(1)
             self.progress.set_postfix(reward=f"{record['reward_mean']:.3f}", v=m.version)
         if m.step + 1 >= self.cfg.run.steps:
-            # Generators must take in every version the trainer pushed before they leave,
-            # or the trainer's last sends would never complete.
-            if self.generate_role == "generator":
-                self.mailbox.send_role("generator", FinalVersion(version=self.last_pushed))
-            self.mailbox.send_all(Stop("finished"))
-            self.stop("finished")
+            if self.cfg.eval.enabled:
+                self._start_eval(version=m.version)  # the final policy (trainers pushed it)
+                self.finishing = True
+            else:
+                self._finish()
             return
+        every = self.cfg.eval.every_steps
+        if every and m.version % every == 0:
+            self._start_eval(version=m.version)
         self._fill()
+
+    def _finish(self) -> None:
+        # Generators must take in every version the trainer pushed before they leave,
+        # or the trainer's last sends would never complete.
+        if self.generate_role == "generator":
+            self.mailbox.send_role("generator", FinalVersion(version=self.last_pushed))
+        self.write_summary()
+        self.mailbox.send_all(Stop("finished"))
+        self.stop("finished")
+
+    @staticmethod
+    def _response_metrics(scored) -> dict:
+        """Per-step figures from the reward ranks' notices: correctness, components, lengths."""
+        samples, groups = scored.get("samples", 0), scored.get("groups", 0)
+        if not samples:
+            return {"correct_mean": None, "reward_components": {}}
+        return {
+            "correct_mean": scored["correct_sum"] / samples,
+            "reward_components": {k.partition(":")[2]: v / samples for k, v in scored.items()
+                                  if k.startswith("component:")},
+            "response_length_mean": scored["length_sum"] / samples,
+            "response_length_max": int(scored["length_max"]),
+            "response_clip_ratio": scored["clipped"] / samples,  # cut at max_new_tokens
+            "zero_advantage_group_share": scored["zero_advantage_groups"] / max(groups, 1),
+        }
+
+    def write_summary(self) -> None:
+        """``summary.json``: what a user looks at first (training reward, eval figures, data)."""
+        h = self.history
+
+        def mean_of(key, rows):
+            vals = [r[key] for r in rows if r.get(key) is not None]
+            return sum(vals) / len(vals) if vals else None
+
+        summary = {
+            "steps": len(h),
+            "wall_s": time.perf_counter() - self.t_start,
+            "train_reward_first10": mean_of("reward_mean", h[:10]),
+            "train_reward_last10": mean_of("reward_mean", h[-10:]),
+            "train_correct_first10": mean_of("correct_mean", h[:10]),
+            "train_correct_last10": mean_of("correct_mean", h[-10:]),
+            **self.data_stats,
+        }
+        if self.evals:
+            summary["eval_first"], summary["eval_last"] = self.evals[0], self.evals[-1]
+            summary["eval"] = self.evals
+        (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
 
     def _busy_fractions(self, gen, scored, trainer: dict, step_s: float) -> dict[str, float]:
         """Share of each role's rank-time this step spent working on the step's data.
@@ -186,5 +309,7 @@ class ControllerActor(Actor):
 
     def on_stop(self, reason: str) -> None:
         self.metrics_file.close()
+        if self.eval_file is not None:
+            self.eval_file.close()
         if self.progress is not None:
             self.progress.close()

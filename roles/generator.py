@@ -24,17 +24,28 @@ from runtime import Actor, Envelope, handles
 def publish_groups(mailbox, batch: PromptBatch, groups, version: int, generate_s: float, n_reward: int) -> int:
     """Send each sampled group of ``batch`` to its reward rank; return the tokens generated."""
     tokens = 0
-    for pid, group_id, prompt, samples in zip(batch.prompt_ids, batch.group_ids, batch.prompts, groups):
+    for eid, group_id, prompt, samples in zip(batch.example_ids, batch.group_ids, batch.prompts, groups):
         mailbox.send(("reward", group_id % n_reward), Rollout(
-            prompt_id=pid, group_id=group_id, step=batch.step,
+            example_id=eid, group_id=group_id, step=batch.step,
             prompt_ids=np.asarray(prompt, dtype=np.int32),
             response_ids=[s.response_ids for s in samples],
             logprobs=[s.logprobs for s in samples],
             finish_reasons=[s.finish_reason for s in samples],
             policy_version=version, timings={"generate_s": generate_s},
+            purpose=batch.purpose, eval_round=batch.eval_round,
         ))
         tokens += sum(len(s.response_ids) for s in samples)
     return tokens
+
+
+def sampling_for(batch: PromptBatch, rollout) -> SamplingConfig:
+    """The batch's sampling: the role map's rollout settings, or an eval batch's own."""
+    return SamplingConfig(
+        temperature=rollout.temperature if batch.temperature is None else batch.temperature,
+        top_p=rollout.top_p if batch.temperature != 0 else 1.0,
+        max_new_tokens=rollout.max_new_tokens if batch.max_new_tokens is None else batch.max_new_tokens,
+        seed=batch.seed,
+    )
 
 
 class GeneratorActor(Actor):
@@ -48,7 +59,7 @@ class GeneratorActor(Actor):
         self.queue: collections.deque[PromptBatch] = collections.deque()
         self.n_reward = cfg.world.reward.ranks
         self.final_version = 0  # set by FinalVersion just before Stop
-        self.last_version = last_pushed_version(cfg.run.steps)  # trainers push none newer
+        self.last_version = last_pushed_version(cfg.run.steps, cfg.eval.enabled)  # trainers push none newer
         # Weight-sync accounting since the last BatchDone (the controller logs it per step).
         self._load_s = 0.0
         self._syncs = 0
@@ -144,12 +155,7 @@ class GeneratorActor(Actor):
             wait_s = self._sync_weights(batch.min_version)
         if not self.running:
             return True
-        sampling = SamplingConfig(
-            temperature=self.cfg.rollout.temperature,
-            top_p=self.cfg.rollout.top_p,
-            max_new_tokens=self.cfg.rollout.max_new_tokens,
-            seed=batch.seed,
-        )
+        sampling = sampling_for(batch, self.cfg.rollout)
         t0 = time.perf_counter()
         with self.spans.span("generate"):
             groups = self.engine.generate(batch.prompts, batch.samples_per_prompt, sampling)
@@ -158,7 +164,7 @@ class GeneratorActor(Actor):
         self.mailbox.send(("controller", 0), BatchDone(
             batch_id=batch.batch_id, step=batch.step, groups=len(groups), tokens=tokens,
             policy_version=self.version, generate_s=generate_s, wait_s=wait_s,
-            weight_load_s=self._load_s, weight_syncs=self._syncs,
+            weight_load_s=self._load_s, weight_syncs=self._syncs, eval_round=batch.eval_round,
         ))
         self._load_s, self._syncs = 0.0, 0
         return True

@@ -1,19 +1,31 @@
-"""Reward rank: scores each rollout group and forwards it to its trainer."""
+"""Reward rank: scores each rollout group and sends it on.
+
+Training groups go to their trainer, with a ``Scored`` notice of what was seen (rewards, their
+components, response lengths, clipped and all-equal groups) to the controller. Evaluation
+groups go back to the controller only, as ``EvalScored``: no trainer ever sees them.
+The rank finds each group's example (answer, metadata) in its own copy of the task, by id.
+Scoring runs in worker processes (``roles.rewards.sandbox``), so a reward that hangs, even
+inside C code, is cut at ``reward.timeout_s`` and scores 0.
+"""
 
 from __future__ import annotations
 
+import collections
 import time
 
-from roles.messages import Rollout, Scored
-from roles.verifiers import SafeVerifier, resolve
+import numpy as np
+
+from roles.messages import TRAIN, EvalScored, Rollout, Scored
 from runtime import Actor, Envelope, handles
 
 
 class RewardActor(Actor):
-    def __init__(self, mailbox, cfg, tokenizer):
+    def __init__(self, mailbox, cfg, tokenizer, task, scorer):
+        """``scorer``: a ``RewardSandbox`` (``score(items) -> results``, ``close()``)."""
         super().__init__(mailbox)
         self.tokenizer = tokenizer
-        self.verifier = SafeVerifier(resolve(cfg.task.verifier), cfg.task.verifier_timeout_s)
+        self.task = task
+        self.scorer = scorer
         self.train_role = cfg.world.train_role  # "trainer", or "colocated" in the baseline mode
         self.n_trainers = cfg.world.counts()[self.train_role]
 
@@ -21,18 +33,38 @@ class RewardActor(Actor):
     def on_rollout(self, env: Envelope) -> None:
         r: Rollout = env.msg
         t0 = time.perf_counter()
-        failures, timeouts = self.verifier.failures, self.verifier.timeouts
         with self.spans.span("score"):
-            prompt = self.tokenizer.decode(r.prompt_ids, skip_special_tokens=True)
-            r.rewards = [
-                self.verifier(prompt, self.tokenizer.decode(ids, skip_special_tokens=True))
-                for ids in r.response_ids
-            ]
+            example = self.task.example(r.example_id)
+            texts = self.tokenizer.batch_decode([np.asarray(ids).tolist() for ids in r.response_ids],
+                                                skip_special_tokens=True)
+            results = self.scorer.score([(text, example) for text in texts])
         score_s = time.perf_counter() - t0
+        r.rewards = [res.score for res in results]
         r.timings["score_s"] = score_s
+        failures = sum(res.failures for res in results)
+        timeouts = sum(1 for res in results if res.timed_out)
+        lengths = [len(ids) for ids in r.response_ids]
+        clipped = sum(1 for f in r.finish_reasons if f == "length")
+        correct = [res.components.get("correct", 0.0) for res in results]
+        if r.purpose != TRAIN:
+            self.mailbox.send(("controller", 0), EvalScored(
+                eval_round=r.eval_round, example_id=r.example_id, purpose=r.purpose,
+                policy_version=r.policy_version, scores=r.rewards, correct=correct, lengths=lengths,
+                clipped=clipped, failures=failures, timeouts=timeouts, score_s=score_s,
+            ))
+            return
         # Data-parallel trainers each take a fixed share of the groups of every step.
         self.mailbox.send((self.train_role, r.group_id % self.n_trainers), r)
+        components: collections.Counter = collections.Counter()
+        for res in results:
+            components.update(res.components)
         self.mailbox.send(("controller", 0), Scored(
-            step=r.step, groups=1, score_s=score_s,
-            failures=self.verifier.failures - failures, timeouts=self.verifier.timeouts - timeouts,
+            step=r.step, groups=1, score_s=score_s, failures=failures, timeouts=timeouts,
+            samples=len(results), reward_sum=float(sum(r.rewards)), correct_sum=float(sum(correct)),
+            components={k: float(v) for k, v in components.items()},
+            length_sum=int(sum(lengths)), length_max=int(max(lengths, default=0)), clipped=clipped,
+            zero_advantage_groups=int(len(set(r.rewards)) <= 1),
         ))
+
+    def on_stop(self, reason: str) -> None:
+        self.scorer.close()

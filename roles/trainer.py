@@ -102,7 +102,7 @@ class TrainerActor(Actor):
         t0 = time.perf_counter()
         self.version += 1
         # After the last step nobody samples again: pushing would only delay shutdown.
-        if self.version <= last_pushed_version(self.cfg.run.steps):
+        if self.version <= last_pushed_version(self.cfg.run.steps, self.cfg.eval.enabled):
             if self.is_leader and self.mailbox.mesh.size("generator"):
                 self.mailbox.send_role("generator", WeightsPushed(version=self.version))
             with self.spans.span("weight_send"):
@@ -194,7 +194,6 @@ class TrainerActor(Actor):
             # The objective's token mean over every sample (skipped ones contribute 0 to it).
             "loss": loss_sum / max(local_tokens, 1),
             "reward_mean": sum(rewards) / max(len(rewards), 1),
-            "accuracy": sum(1.0 for x in rewards if x >= 1.0) / max(len(rewards), 1),
             "tokens": float(local_tokens),
             "samples": float(len(rewards)),
             "trained_samples": float(trained_samples),  # the rest were in all-equal groups

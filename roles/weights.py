@@ -23,13 +23,15 @@ from transports.weights import Need, make_weight_transport
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def last_pushed_version(steps: int) -> int:
+def last_pushed_version(steps: int, final_eval: bool = False) -> int:
     """The newest weight version trainers push in a run of ``steps`` steps.
 
     Version v is the policy after v optimizer steps; it is pushed after every step but the
-    last (nobody samples after it), so generators receive versions 1 .. steps - 1.
+    last (nobody samples after it), so generators receive versions 1 .. steps - 1. A run that
+    evaluates during training also evaluates its final policy on the generators: then the
+    last version is pushed too.
     """
-    return max(steps - 1, 0)
+    return steps if final_eval else max(steps - 1, 0)
 
 
 @dataclass

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from roles.tasks.arith import ALPHABET, ArithConfig, ArithPrompt, ArithTask, arith_exact
+from roles.tasks.arith import ALPHABET, ArithConfig, ArithPrompt, ArithTokens, arith_exact
 from roles.tasks.tiny_llama import TINY, build_tiny_llama, save_char_tokenizer
 
 
@@ -12,7 +12,7 @@ from roles.tasks.tiny_llama import TINY, build_tiny_llama, save_char_tokenizer
 def task(tmp_path_factory):
     d = tmp_path_factory.mktemp("tok")
     save_char_tokenizer(d, ALPHABET)
-    return ArithTask(d)
+    return ArithTokens(d)
 
 
 def test_split_is_deterministic_and_disjoint(task):
@@ -20,9 +20,9 @@ def test_split_is_deterministic_and_disjoint(task):
     assert (len(train), len(held)) == (320, 80)
     assert not {p.id for p in train} & {p.id for p in held}
     assert {p.id for p in train} | {p.id for p in held} == set(range(400))
-    again = ArithTask(task.tokenizer, ArithConfig(seed=0))
+    again = ArithTokens(task.tokenizer, ArithConfig(seed=0))
     assert again.heldout_prompts() == held
-    other = ArithTask(task.tokenizer, ArithConfig(seed=1))
+    other = ArithTokens(task.tokenizer, ArithConfig(seed=1))
     assert other.heldout_prompts() != held
 
 
@@ -112,7 +112,7 @@ def test_short_sft_runs_and_saves(tmp_path):
     from roles.sft import sft_warm_start
 
     base = build_tiny_llama(tmp_path / "base", ALPHABET, **TINY.kwargs())
-    task = ArithTask(base)
+    task = ArithTokens(base)
     threads_before = torch.get_num_threads()
     out = sft_warm_start(base, task, out_dir=tmp_path / "sft", steps=30, lr=1e-3, batch=16, seed=0)
     assert out["pairs"] == 80

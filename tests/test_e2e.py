@@ -48,7 +48,7 @@ def test_reward_rises_within_the_staleness_bound(tmp_path, sft_model, staleness)
     assert [m["policy_version"] for m in metrics] == list(range(1, steps + 1))
     for m in metrics:
         assert m["staleness_max"] <= staleness, m
-        for key in ("reward_mean", "accuracy", "loss", "tokens", "generation_s", "reward_s",
+        for key in ("reward_mean", "correct_mean", "loss", "tokens", "generation_s", "reward_s",
                     "training_s", "weight_sync_s"):
             assert m[key] is not None, key
     if staleness == 1:
@@ -60,7 +60,7 @@ def test_reward_rises_within_the_staleness_bound(tmp_path, sft_model, staleness)
 
 
 def test_a_broken_user_verifier_does_not_stop_the_run(tmp_path, sft_model):
-    metrics = run(tmp_path, sft_model, run={"steps": 3}, task={"verifier": "user_verifiers:flaky"})
+    metrics = run(tmp_path, sft_model, run={"steps": 3}, reward={"name": "user_verifiers:flaky"})
     assert len(metrics) == 3
     failures = sum(m["verifier_failures"] for m in metrics)
     assert 0 < failures < 3 * 16 * 8  # some samples raised, the others were scored
@@ -69,7 +69,7 @@ def test_a_broken_user_verifier_does_not_stop_the_run(tmp_path, sft_model):
 def test_a_slow_user_verifier_is_cut_at_its_limit(tmp_path, sft_model):
     metrics = run(tmp_path, sft_model,
                   rollout={"prompts_per_step": 2, "samples_per_prompt": 2},
-                  run={"steps": 2}, task={"verifier": "user_verifiers:slow", "verifier_timeout_s": 0.2})
+                  run={"steps": 2}, reward={"name": "user_verifiers:slow", "timeout_s": 0.2})
     assert sum(m["verifier_timeouts"] for m in metrics) == 2 * 2 * 2
     assert all(m["reward_mean"] == 0.0 for m in metrics)
 

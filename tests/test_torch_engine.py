@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM
 from roles.engines.base import Engine, SamplingConfig
 from roles.engines.torch_engine import TorchEngine, _pick
 from roles.logprobs import response_logprobs
-from roles.tasks.arith import ALPHABET, ArithTask
+from roles.tasks.arith import ALPHABET, ArithTokens
 from roles.tasks.tiny_llama import TINY, build_tiny_llama
 
 torch.set_num_threads(1)
@@ -27,7 +27,7 @@ def model_dirs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def prompts(model_dirs):
-    task = ArithTask(model_dirs[0])
+    task = ArithTokens(model_dirs[0])
     # lengths 5, 6 and 7 tokens: left padding differs per row
     return [task.encode_prompt(t) for t in ("1+2=", "13+15=", "7+19=", "0+0=")]
 
@@ -153,9 +153,27 @@ def test_chunked_batches_keep_prompt_grouping(model_dirs, prompts):
 
 def test_invalid_sampling_is_refused(model_dirs, prompts):
     engine = TorchEngine(model_dirs[0])
-    for bad in (SamplingConfig(temperature=0.0), SamplingConfig(top_p=0.0), SamplingConfig(max_new_tokens=0)):
+    for bad in (SamplingConfig(temperature=-1.0), SamplingConfig(top_p=0.0), SamplingConfig(max_new_tokens=0)):
         with pytest.raises(ValueError):
             engine.generate(prompts, 1, bad)
+
+
+def test_temperature_zero_is_greedy(model_dirs, prompts):
+    """Evaluation samples at temperature 0: every row takes the argmax, whatever the seed."""
+    from transformers import AutoModelForCausalLM
+
+    engine = TorchEngine(model_dirs[0])
+    a = _flat(engine.generate(prompts, 2, SamplingConfig(temperature=0.0, max_new_tokens=6, seed=1)))
+    b = _flat(engine.generate(prompts, 1, SamplingConfig(temperature=0.0, max_new_tokens=6, seed=2)))
+    assert all(np.array_equal(x.response_ids, y.response_ids) for x, y in zip(a[::2], b))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dirs[0])).eval()
+    for p, s in zip(prompts, b):  # the reference: argmax of a full forward pass, token by token
+        ids = torch.as_tensor(np.asarray(p, dtype=np.int64))[None]
+        for tok in s.response_ids:
+            with torch.no_grad():
+                want = int(model(input_ids=ids).logits[0, -1].argmax())
+            assert int(tok) == want
+            ids = torch.cat([ids, torch.tensor([[want]])], dim=1)
 
 
 def test_bench_reports_equal_token_counts(model_dirs):

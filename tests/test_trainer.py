@@ -50,7 +50,7 @@ def _groups(rewards_per_group, seed=0):
     for i, rewards in enumerate(rewards_per_group):
         lens = rng.integers(1, 6, len(rewards))
         out.append(Rollout(
-            prompt_id=i, group_id=i, step=0, prompt_ids=rng.integers(3, 17, 4).astype(np.int32),
+            example_id=i, group_id=i, step=0, prompt_ids=rng.integers(3, 17, 4).astype(np.int32),
             response_ids=[rng.integers(3, 17, n).astype(np.int32) for n in lens],
             logprobs=[(-rng.random(n) * 2).astype(np.float32) for n in lens],
             finish_reasons=["stop"] * len(rewards), policy_version=0, rewards=list(rewards)))

@@ -28,7 +28,7 @@ try:  # torch is optional for this layer: the codec also serves plain numpy prog
 except ImportError:  # pragma: no cover - torch is a hard dependency of mpirl itself
     torch = None
 
-SCHEMA_VERSION = 2  # 2: lists of small 1-d arrays travel as one ragged extension
+SCHEMA_VERSION = 3  # 2: lists of small 1-d arrays travel as one ragged extension; 3: example ids, eval tags
 
 # Extension codes. In-band arrays carry their bytes; out-of-band ones carry an index into
 # the frame list that travels beside the header; a ragged list is several 1-d arrays of one

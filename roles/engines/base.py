@@ -17,7 +17,7 @@ import torch
 
 @dataclass
 class SamplingConfig:
-    temperature: float = 1.0  # softmax temperature; the behaviour log-probs include it
+    temperature: float = 1.0  # softmax temperature; the behaviour log-probs include it. 0 = greedy
     top_p: float = 1.0  # nucleus sampling mass; 1.0 keeps the whole vocabulary
     max_new_tokens: int = 16  # hard cap on response length (finish_reason "length")
     seed: int | None = None  # base seed for the engine's sampler; None = nondeterministic

@@ -96,8 +96,8 @@ class TorchEngine:
         gen: torch.Generator | None,
         min_new_tokens: int = 0,
     ) -> list[Sample]:
-        if sampling.temperature <= 0:
-            raise ValueError("temperature must be > 0 (the behaviour log-probs need a distribution)")
+        if sampling.temperature < 0:
+            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {sampling.temperature}")
         if not 0 < sampling.top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {sampling.top_p}")
         if sampling.max_new_tokens < 1:
@@ -240,11 +240,20 @@ def _pick(
     banned: torch.Tensor | None,
     gen: torch.Generator | None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample one token per row; return it and its log-prob under the distribution sampled from."""
-    logits = logits.float() / sampling.temperature
+    """Sample one token per row; return it and its log-prob under the distribution sampled from.
+
+    Temperature 0 is greedy decoding (evaluation): the most likely token, with its log-prob
+    under the unscaled softmax (no distribution was sampled from; nobody trains on these).
+    """
+    logits = logits.float()
+    if sampling.temperature > 0:
+        logits = logits / sampling.temperature
     if banned is not None:  # min_new_tokens: EOS is not allowed yet (as HF's logits processor)
         logits[:, banned] = float("-inf")
     logp = torch.log_softmax(logits, dim=-1)
+    if sampling.temperature == 0:
+        tok = logp.argmax(dim=-1, keepdim=True)
+        return tok.squeeze(1), logp.gather(-1, tok).squeeze(1)
     if sampling.top_p < 1.0:
         # Nucleus: the smallest set of most likely tokens whose mass reaches top_p (the most
         # likely token always stays), renormalised so the log-probs are those sampled from.

@@ -3,7 +3,9 @@
 Small enough that a 0.6M-parameter Llama learns it in seconds, hard enough that a short
 supervised warm start leaves room for RL to improve held-out accuracy. The split into
 train and held-out pairs is a pure function of the seed, so every rank (controller,
-reward, evaluator) derives the same split without exchanging it.
+reward, evaluator) derives the same split without exchanging it. ``ArithTask`` is what the
+RL job sees (a ``Task``: prompts and answers), ``ArithExact`` its reward, and
+``ArithTokens`` the demo's tooling over a tokenizer (warm start, held-out accuracy).
 """
 
 from __future__ import annotations
@@ -13,12 +15,17 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from pydantic import Field
+
+from roles.tasks.base import Example, Task, TaskConfig
 
 ALPHABET = "0123456789+="  # every character a prompt or an answer can contain
 
 
 @dataclass
 class ArithConfig:
+    """The split of ``ArithTokens`` (the RL job reads the same fields from ``ArithTask.Config``)."""
+
     max_operand: int = 20  # a and b are drawn from range(max_operand): 400 pairs by default
     heldout_fraction: float = 0.2  # share of pairs never trained on, for the held-out accuracy
     seed: int = 0  # seeds the train / held-out split
@@ -39,24 +46,68 @@ class ArithPrompt:
         return str(self.a + self.b)
 
 
-def arith_exact(prompt_text: str, response_text: str) -> float:
-    """1.0 if ``response_text`` is exactly the sum asked by ``prompt_text`` ("3+15=" -> "18").
+def _split(max_operand: int, heldout_fraction: float, seed: int) -> tuple[list[ArithPrompt], list[ArithPrompt]]:
+    """(train, held-out) pairs: a pure function of its arguments, so every rank derives the same."""
+    m = max_operand
+    pairs = [ArithPrompt(a * m + b, a, b) for a in range(m) for b in range(m)]
+    order = np.random.default_rng(seed).permutation(len(pairs))
+    n_held = int(round(heldout_fraction * len(pairs)))
+    # Sorted by id so the lists read naturally; the split itself is the permutation.
+    heldout = sorted((pairs[i] for i in order[:n_held]), key=lambda p: p.id)
+    train = sorted((pairs[i] for i in order[n_held:]), key=lambda p: p.id)
+    return train, heldout
 
-    The reward role's verifier: it sees decoded text. Anything after an ``<eos>`` marker is
-    ignored (text decoded without skipping special tokens); no other extra character is allowed,
-    so "185" or "18 " score 0.
+
+class ArithTask(Task):
+    """The a+b demo as a task: train pairs, and the held-out pairs as the eval split."""
+
+    class Config(TaskConfig):
+        max_operand: int = Field(20, gt=1)  # a, b < max_operand
+        heldout_fraction: float = Field(0.2, gt=0, lt=1)  # pairs kept out of training (the eval split)
+
+    default_reward = "arith_exact"
+
+    def __init__(self, config: "ArithTask.Config", seed: int = 0):
+        super().__init__(config, seed)
+        train, heldout = _split(config.max_operand, config.heldout_fraction, seed)
+        self._splits = {"train": [_example(p) for p in train], "eval": [_example(p) for p in heldout]}
+
+
+def _example(p: ArithPrompt) -> Example:
+    return Example(id=p.id, prompt=p.text, answer=p.answer, metadata={"a": p.a, "b": p.b})
+
+
+class ArithExact:
+    """The arith reward: 1.0 if the response is exactly the sum ("3+15=" -> "18"), else 0.0.
+
+    It sees decoded text. Anything after an ``<eos>`` marker is ignored (text decoded without
+    skipping special tokens); no other extra character is allowed, so "185" or "18 " score 0.
     """
+
+    def __call__(self, response: str, example: Example) -> dict[str, float]:
+        ok = 1.0 if response.split(EOS_MARK, 1)[0] == example.answer else 0.0
+        return {"score": ok, "correct": ok}
+
+
+EOS_MARK = "<eos>"
+
+
+def arith_exact(prompt_text: str, response_text: str) -> float:
+    """``ArithExact`` from the prompt's text instead of an example (checks the prompt is a+b)."""
     try:
         left, right = prompt_text.rstrip("=").split("+")
         want = str(int(left) + int(right))
     except ValueError as e:
         raise ValueError(f"not an arithmetic prompt: {prompt_text!r}") from e
-    got = response_text.split("<eos>", 1)[0]
-    return 1.0 if got == want else 0.0
+    return ArithExact()(response_text, Example(id=0, prompt=prompt_text, answer=want))["score"]
 
 
-class ArithTask:
-    """Prompts, split, encoding, scoring and greedy held-out accuracy of the a+b task."""
+class ArithTokens:
+    """The a+b task over one tokenizer: encoding, token-level scoring and greedy held-out accuracy.
+
+    The demo's tooling (warm start, held-out accuracy before and after RL); the RL job itself
+    sees only ``ArithTask`` and ``ArithExact``.
+    """
 
     def __init__(self, tokenizer, config: ArithConfig | None = None):
         if isinstance(tokenizer, (str, Path)):
@@ -68,13 +119,8 @@ class ArithTask:
         self.eos_id = int(tokenizer.eos_token_id)
         self.pad_id = int(tokenizer.pad_token_id)
         m = self.config.max_operand
-        pairs = [ArithPrompt(a * m + b, a, b) for a in range(m) for b in range(m)]
-        order = np.random.default_rng(self.config.seed).permutation(len(pairs))
-        n_held = int(round(self.config.heldout_fraction * len(pairs)))
-        # Sorted by id so the lists read naturally; the split itself is the permutation.
-        self._heldout = sorted((pairs[i] for i in order[:n_held]), key=lambda p: p.id)
-        self._train = sorted((pairs[i] for i in order[n_held:]), key=lambda p: p.id)
-        self._by_id = {p.id: p for p in pairs}
+        self._train, self._heldout = _split(m, self.config.heldout_fraction, self.config.seed)
+        self._by_id = {p.id: p for p in self._train + self._heldout}
         # Answers are at most len(str(2*(m-1))) characters, plus EOS: enough for greedy decoding.
         self.max_answer_tokens = len(str(2 * (m - 1))) + 1
 
@@ -122,7 +168,7 @@ class ArithTask:
     def accuracy(self, model, prompts: list[ArithPrompt], tokenizer=None) -> float:
         """Share of ``prompts`` the model answers exactly under greedy decoding (one batch)."""
         if tokenizer is not None and tokenizer is not self.tokenizer:
-            return ArithTask(tokenizer, self.config).accuracy(model, prompts)
+            return ArithTokens(tokenizer, self.config).accuracy(model, prompts)
         responses = self._greedy(model, [self.encode_prompt(p) for p in prompts])
         return float(np.mean([self.score(p, r) for p, r in zip(prompts, responses)]))
 

@@ -1,4 +1,8 @@
-"""Tiny Llama models with a character tokenizer, built locally so tests never touch a hub.
+"""Tiny Llama models, built locally so tests and demos never touch a hub.
+
+``build_tiny_llama`` makes one with its own character tokenizer (the arithmetic demo);
+``build_tiny_llama_for_tokenizer`` one over a tokenizer the caller made (e.g. the byte-level
+BPE chat tokenizer of ``roles.tasks.tiny_bpe``). Weights are random: training is elsewhere.
 
 The model is a real ``LlamaForCausalLM`` saved as Hugging Face files (config.json,
 model.safetensors, tokenizer.json), so every consumer — the torch engine, vLLM, the
@@ -7,7 +11,7 @@ checkpoint.
 
 Head dimension: ``hidden_size / num_heads`` must be 32 or 64. vLLM's CPU attention kernels
 are compiled for a fixed set of standard head sizes, and an odd one (e.g. 48) fails there
-even though plain PyTorch runs it. ``build_tiny_llama`` refuses anything else.
+even though plain PyTorch runs it. Both builders refuse anything else.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ class ModelSize:
     max_position_embeddings: int  # longest prompt + response the model is configured for
 
     def kwargs(self) -> dict:
-        """Keyword arguments for ``build_tiny_llama``."""
+        """Keyword arguments for ``build_tiny_llama`` or ``build_tiny_llama_for_tokenizer``."""
         return asdict(self)
 
 
@@ -93,13 +97,54 @@ def build_tiny_llama(
     config = llama_config(
         tok, hidden_size, num_layers, num_heads, intermediate_size, max_position_embeddings
     )
+    _save_random_model(out, config, tok, seed, dtype)
+    return out
+
+
+def build_tiny_llama_for_tokenizer(
+    out_dir: str | Path,
+    tokenizer,
+    hidden_size: int = 128,
+    num_layers: int = 4,
+    num_heads: int = 2,
+    intermediate_size: int = 256,
+    max_position_embeddings: int = 64,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+) -> Path:
+    """Save a randomly initialised ``LlamaForCausalLM`` over a ready ``tokenizer`` in ``out_dir``.
+
+    The tokenizer (e.g. ``roles.tasks.tiny_bpe``'s chat tokenizer) is saved beside the model.
+    Its own EOS, pad and BOS become the model's (BOS may be None, as for Qwen). A chat
+    tokenizer's EOS ends a turn; when its pad token is a different special token (Qwen's
+    ``<|endoftext|>``, which ends a document), generation stops at either, as Qwen2.5-Instruct's
+    ``generation_config.json`` does.
+    """
+    _check_head_dim(hidden_size, num_heads)  # before writing anything
+    if tokenizer.eos_token_id is None or tokenizer.pad_token_id is None:
+        raise ValueError("the tokenizer needs an EOS and a pad token")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    # A chat template stays in tokenizer_config.json, where roles.tasks.tiny_bpe put it.
+    tokenizer.save_pretrained(str(out), save_jinja_files=False)
+    config = llama_config(
+        tokenizer, hidden_size, num_layers, num_heads, intermediate_size, max_position_embeddings
+    )
+    stops = list(dict.fromkeys([tokenizer.eos_token_id, tokenizer.pad_token_id]))
+    _save_random_model(out, config, tokenizer, seed, dtype, stops if len(stops) > 1 else None)
+    return out
+
+
+def _save_random_model(out: Path, config: LlamaConfig, tok, seed: int, dtype: torch.dtype,
+                       stop_ids: list[int] | None = None) -> None:
     # HF init draws from the global generator: seed it, but leave the caller's state as it was.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config).to(dtype)
     model.generation_config.pad_token_id = tok.pad_token_id
+    if stop_ids is not None:
+        model.generation_config.eos_token_id = stop_ids
     model.save_pretrained(str(out), safe_serialization=True)
-    return out
 
 
 def llama_config(

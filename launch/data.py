@@ -1,0 +1,79 @@
+"""The run's data, prepared once before any work: the task built, its prompts rendered.
+
+Rank 0 (the controller) does this before the job builds anything collective, so a data
+mistake — a missing file, a column absent, no usable rows, every prompt too long, no eval
+split for an eval — stops every rank with exit 2 and one message naming the field, the way
+a bad role map does (``launch/main.py``). ``mpirl check`` runs the same preparation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from launch.config import ConfigError, RoleMap
+
+
+@dataclass
+class PreparedData:
+    train_prompts: dict[int, np.ndarray]  # example id -> prompt token ids
+    eval_prompts: dict[int, np.ndarray]  # the examples an eval round sends, in order
+    stats: dict = field(default_factory=dict)  # counts logged with every step and in the summary
+
+    def describe(self, task_name: str) -> str:
+        s = self.stats
+        text = f"task {task_name}: {s['train_examples']} train / {s['eval_examples']} eval examples"
+        if s["prompts_too_long"] or s["eval_prompts_too_long"]:
+            text += (f"; left out for length (> {s['prompt_token_limit']} tokens): "
+                     f"{s['prompts_too_long']} train, {s['eval_prompts_too_long']} eval prompts")
+        return text + f"; longest prompt {s['longest_prompt']} tokens"
+
+
+def load_tokenizer(cfg: RoleMap):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(cfg.model.path)
+    except Exception as e:  # noqa: BLE001 - whatever transformers raises, name the folder
+        raise ConfigError(f"model.path: cannot load a tokenizer from {cfg.model.path!r}: "
+                          f"{type(e).__name__}: {e}") from None
+
+
+def prepare_data(cfg: RoleMap, tokenizer=None) -> PreparedData:
+    """Build the task and encode its prompts; any problem is a ``ConfigError`` naming the field."""
+    from roles.plugins import PluginError
+    from roles.tasks import TaskDataError, build_task
+    from roles.tasks.prompts import encode_prompts
+
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(cfg)
+    limit = cfg.prompt_token_limit()
+    try:
+        task = build_task(cfg.task, seed=cfg.run.seed)
+        train_examples = task.examples("train")
+        eval_examples = task.examples("eval")
+        if not train_examples:
+            raise ConfigError(f"task: task {cfg.task.name!r} has no training examples")
+        train = encode_prompts(tokenizer, train_examples, cfg.task, limit)
+        chosen = eval_examples[: cfg.eval.examples] if cfg.eval.enabled else []
+        evals = encode_prompts(tokenizer, chosen, cfg.task, limit)
+    except (TaskDataError, PluginError) as e:
+        raise ConfigError(str(e)) from None
+    if not train.ids:
+        raise ConfigError(f"task.max_prompt_tokens: every one of the {len(train_examples)} training prompts "
+                          f"is longer than {limit} tokens (the longest prompt kept; raise the limit, or "
+                          "lower rollout.max_new_tokens if the model's context is what limits it)")
+    if cfg.eval.enabled and not evals.ids:
+        why = ("the task has no eval examples (set task.eval_files or task.eval_fraction)" if not eval_examples
+               else f"every eval prompt is longer than {limit} tokens")
+        raise ConfigError(f"eval: evaluation is on (every_steps {cfg.eval.every_steps}, before_training "
+                          f"{cfg.eval.before_training}) but {why}")
+    stats = {
+        "train_examples": len(train.ids),
+        "eval_examples": len(evals.ids),
+        "prompts_too_long": len(train.too_long),
+        "eval_prompts_too_long": len(evals.too_long),
+        "prompt_token_limit": limit,
+        "longest_prompt": max(train.longest, evals.longest),
+    }
+    return PreparedData(train.ids, evals.ids, stats)

@@ -1,0 +1,55 @@
+"""Rewards: scorers behind one interface (``roles.rewards.base``), found by name.
+
+``REWARDS`` is the registry of built-ins (lazy ``module:attribute`` paths); a role map may
+also name ``package.module:function`` or ``package.module:Class``. A task module may own
+its reward (the arith demo's ``arith_exact`` lives beside its task).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from roles import plugins
+from roles.rewards.base import RewardConfig, RewardFn, score_of
+
+REWARDS: dict[str, str] = {
+    "exact": "roles.rewards.exact:ExactMatch",
+    "gsm8k": "roles.rewards.gsm8k:GSM8KReward",
+    "math_verify": "roles.rewards.math_verify:MathVerifyReward",
+    "format": "roles.rewards.format:FormatReward",
+    "arith_exact": "roles.tasks.arith:ArithExact",
+}
+
+
+def reward_object(name: str) -> Any:
+    """The registered class or user function/class called ``name``."""
+    obj = plugins.resolve(name, REWARDS, "reward")
+    if not callable(obj):
+        raise plugins.PluginError(f"reward {name!r} is not callable")
+    return obj
+
+
+def options_class(name: str) -> type[RewardConfig] | None:
+    """The reward's ``Config`` (its options schema), or None when it takes no options."""
+    obj = reward_object(name)
+    cfg = getattr(obj, "Config", None) if isinstance(obj, type) else None
+    return cfg if isinstance(cfg, type) and issubclass(cfg, RewardConfig) else None
+
+
+def build_reward(name: str, options: dict | None = None) -> RewardFn:
+    """An instance ready to call: ``Class(Config(**options))``, ``Class()``, or the function."""
+    obj = reward_object(name)
+    options = dict(options or {})
+    if isinstance(obj, type):
+        cfg_cls = options_class(name)
+        if cfg_cls is not None:
+            return obj(cfg_cls.model_validate(options))
+        if options:
+            raise plugins.PluginError(f"reward {name!r} takes no options, got {sorted(options)}")
+        return obj()
+    if options:
+        raise plugins.PluginError(f"reward {name!r} is a function and takes no options, got {sorted(options)}")
+    return obj
+
+
+__all__ = ["REWARDS", "RewardConfig", "RewardFn", "build_reward", "options_class", "reward_object", "score_of"]

@@ -1,0 +1,111 @@
+"""Several rewards as one: a weighted sum, every component and its extras kept for the logs.
+
+A component is plain data (:class:`ComponentSpec`: a label, a reward name, a weight, its
+options), so the same list can be pickled to a sandbox worker and built there; nothing here
+knows about processes or time limits (``roles.rewards.sandbox`` does). Scoring one response
+gives a :class:`SampleScore`:
+
+- ``score`` = sum of weight * component score;
+- ``components`` = ``{label: component score, "label/extra": value, ...}`` for each
+  component (unweighted), plus a top-level ``correct``: the ``correct`` of the first
+  component (in spec order) that reports one; when none does, 1.0 if the total score is
+  positive and no component failed, else 0.0;
+- ``failures`` = how many components raised or returned something that is not a finite
+  number. A failed component scores 0 and reports no extras; the others still count.
+
+The first failure of each component is logged with its traceback (later ones are only
+counted), so a broken user function is visible and not just a run of zeros.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from roles.rewards import build_reward, score_of
+
+log = logging.getLogger(__name__)
+
+RESERVED_LABELS = ("correct", "score")  # top-level keys of SampleScore.components
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    label: str  # the component's name in the logs ("gsm8k", "format"); unique, no "/"
+    name: str  # a built-in reward (roles.rewards.REWARDS) or "package.module:attribute"
+    weight: float = 1.0  # its score counts this many times in the total (may be negative)
+    options: dict = field(default_factory=dict)  # validated against the reward's Config
+
+    def __post_init__(self):
+        if not self.label or "/" in self.label or self.label in RESERVED_LABELS:
+            raise ValueError(f"reward label {self.label!r}: a label is a non-empty name without '/', "
+                             f"and not one of {', '.join(RESERVED_LABELS)}")
+        if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) \
+                or not math.isfinite(self.weight):
+            raise ValueError(f"reward {self.label!r}: weight must be a finite number, got {self.weight!r}")
+
+
+@dataclass
+class SampleScore:
+    score: float  # the weighted sum
+    components: dict[str, float]  # per-component scores and extras, and "correct"
+    failures: int = 0  # components that raised or returned a non-finite value
+
+
+def check_labels(specs: Sequence[ComponentSpec]) -> None:
+    labels = [s.label for s in specs]
+    if not labels:
+        raise ValueError("at least one reward is needed")
+    duplicates = sorted({label for label in labels if labels.count(label) > 1})
+    if duplicates:
+        raise ValueError(f"reward labels must be unique; repeated: {', '.join(duplicates)}")
+
+
+class CombinedReward:
+    """Builds each component with ``build_reward`` and scores a response with all of them."""
+
+    def __init__(self, specs: Sequence[ComponentSpec]):
+        check_labels(specs)
+        self.specs = tuple(specs)
+        self._fns = []
+        for spec in self.specs:
+            try:
+                self._fns.append(build_reward(spec.name, spec.options))
+            except Exception as e:  # noqa: BLE001 - re-raised with the component named
+                raise ValueError(f"reward {spec.label!r} ({spec.name}): {type(e).__name__}: {e}") from e
+        self._logged: set[str] = set()
+
+    def __call__(self, response: str, example: Any) -> SampleScore:
+        total, failures = 0.0, 0
+        components: dict[str, float] = {}
+        correct: float | None = None
+        for spec, fn in zip(self.specs, self._fns):
+            try:
+                value, extras = score_of(fn(response, example))
+                bad = [k for k, v in {"score": value, **extras}.items() if not math.isfinite(v)]
+                if bad:
+                    raise ValueError(f"returned a non-finite {', '.join(bad)}")
+            except Exception:  # noqa: BLE001 - a failing reward scores 0 and is counted
+                failures += 1
+                components[spec.label] = 0.0
+                self._log_first(spec, example)
+                continue
+            total += spec.weight * value
+            components[spec.label] = value
+            for key, v in extras.items():
+                components[f"{spec.label}/{key}"] = v
+            if correct is None and "correct" in extras:
+                correct = extras["correct"]
+        if correct is None:
+            correct = 1.0 if total > 0 and failures == 0 else 0.0
+        components["correct"] = correct
+        return SampleScore(score=total, components=components, failures=failures)
+
+    def _log_first(self, spec: ComponentSpec, example: Any) -> None:
+        if spec.label not in self._logged:
+            self._logged.add(spec.label)
+            log.warning("reward %r (%s) failed on example %s; it scores 0 (later failures are "
+                        "only counted)", spec.label, spec.name, getattr(example, "id", "?"),
+                        exc_info=True)

@@ -1,0 +1,16 @@
+"""The base of every component's configuration section: strict, no unknown keys.
+
+Each configurable component (a task, a reward, ...) declares its own nested ``Config``
+subclass of :class:`Section`, with a comment per field; the role map in ``launch/config.py``
+is composed of those sections under the same names. Unknown keys are errors (a typo must not
+silently fall back to a default), and types are strict: ``steps: true``, ``steps: 2.5`` or
+``ranks: "2"`` are mistakes to name, not values to coerce (an int is still a valid float).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True, strict=True)

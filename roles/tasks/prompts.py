@@ -1,0 +1,79 @@
+"""Prompts to token ids: the chat template, the system prompt, and the length limit.
+
+Done once per example when a run starts (the controller keeps the ids), never per step.
+With a tokenizer that has a chat template (and ``task.chat_template`` on), a prompt becomes
+``[system?, user]`` messages, or the example's own messages, rendered with
+``add_generation_prompt=True``; without one, the text is encoded as is (special tokens such
+as BOS added as the tokenizer does for plain text). Prompts longer than the limit are left
+out and counted, never truncated: a cut prompt would train the policy on a question nobody
+asked. Knows nothing about tasks beyond ``Example`` and ``TaskConfig``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from roles.tasks.base import Example, TaskConfig, TaskDataError
+
+
+@dataclass
+class EncodedPrompts:
+    ids: dict[int, np.ndarray]  # example id -> int32 prompt token ids, in the examples' order
+    too_long: list[int] = field(default_factory=list)  # example ids left out for length
+    longest: int = 0  # tokens in the longest prompt kept
+
+
+def uses_chat_template(tokenizer, config: TaskConfig) -> bool:
+    return bool(config.chat_template and getattr(tokenizer, "chat_template", None))
+
+
+def messages_of(example: Example, config: TaskConfig) -> list[dict[str, str]]:
+    """The chat messages of an example's prompt, with the configured system prompt first."""
+    if isinstance(example.prompt, str):
+        messages = [{"role": "user", "content": example.prompt}]
+    else:
+        messages = [dict(m) for m in example.prompt]
+    if config.system_prompt is not None and not any(m.get("role") == "system" for m in messages):
+        messages.insert(0, {"role": "system", "content": config.system_prompt})
+    return messages
+
+
+def prompt_text(tokenizer, example: Example, config: TaskConfig) -> str:
+    """The exact text the model is prompted with (the chat template applied, or plain)."""
+    if uses_chat_template(tokenizer, config):
+        return tokenizer.apply_chat_template(
+            messages_of(example, config), tokenize=False, add_generation_prompt=True
+        )
+    if not isinstance(example.prompt, str):
+        why = ("task.chat_template is false" if not config.chat_template
+               else "the tokenizer at model.path has no chat template")
+        raise TaskDataError(f"task: example {example.id} has a chat-message prompt but {why}; "
+                            "plain-text prompts only")
+    if config.system_prompt is not None:
+        return f"{config.system_prompt}\n\n{example.prompt}"
+    return example.prompt
+
+
+def encode_prompts(tokenizer, examples: Sequence[Example], config: TaskConfig, max_tokens: int | None,
+                   batch: int = 1024) -> EncodedPrompts:
+    """Token ids of every prompt not longer than ``max_tokens`` (None: no limit)."""
+    chat = uses_chat_template(tokenizer, config)
+    out = EncodedPrompts(ids={})
+    for start in range(0, len(examples), batch):
+        chunk = examples[start : start + batch]
+        texts = [prompt_text(tokenizer, ex, config) for ex in chunk]
+        # The template already holds every special token; plain text gets the tokenizer's own
+        # (BOS for Llama-style ones). Batched: the Rust tokenizer encodes in one call.
+        encoded = tokenizer(texts, add_special_tokens=not chat)["input_ids"]
+        for ex, ids in zip(chunk, encoded):
+            if max_tokens is not None and len(ids) > max_tokens:
+                out.too_long.append(ex.id)
+                continue
+            if not ids:
+                raise TaskDataError(f"task: example {ex.id} has a prompt that encodes to no tokens")
+            out.ids[ex.id] = np.asarray(ids, dtype=np.int32)
+            out.longest = max(out.longest, len(ids))
+    return out

@@ -1,0 +1,79 @@
+"""Reward plug-ins the reward tests name as ``reward_plugins:<name>`` (tests/ is on sys.path).
+
+Each misbehaves in one way a user's reward can: raising, returning NaN, sleeping in C code on
+a thread of its own, spinning in a loop that ignores signals, killing its process, or
+segfaulting. Those that misbehave only on a trigger in the response score normally otherwise.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import threading
+import time
+
+
+def length(response: str, example) -> float:
+    """len(response) / 10: a reward whose value tells which response it scored."""
+    return len(response) / 10
+
+
+def raises(response: str, example) -> float:
+    raise RuntimeError("this reward always fails")
+
+
+def not_finite(response: str, example) -> dict:
+    return {"score": float("nan"), "correct": 1.0}
+
+
+def saw_mpi4py(response: str, example) -> dict:
+    """1.0 in ``mpi``: whether mpi4py is imported in the process that scores."""
+    return {"score": 1.0, "mpi": float("mpi4py" in sys.modules), "pid": float(os.getpid())}
+
+
+def _on_trigger(response: str) -> bool:
+    return response.startswith("TRIGGER")
+
+
+def sleeps_in_thread(response: str, example) -> float:
+    """On a trigger, a 60 s C-level sleep on a thread it starts and joins (no signal reaches it)."""
+    if _on_trigger(response):
+        t = threading.Thread(target=time.sleep, args=(60,))
+        t.start()
+        t.join()
+    return 1.0
+
+
+def busy_loop(response: str, example) -> float:
+    """On a trigger, spins forever with SIGALRM/SIGINT/SIGTERM ignored."""
+    if _on_trigger(response):
+        for sig in (signal.SIGALRM, signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+        while True:
+            pass
+    return 1.0
+
+
+def exits(response: str, example) -> float:
+    """On a trigger, ends its process at once (no cleanup, no exception)."""
+    if _on_trigger(response):
+        os._exit(1)
+    return 1.0
+
+
+def segfaults(response: str, example) -> float:
+    if _on_trigger(response):
+        ctypes.string_at(0)
+    return 1.0
+
+
+class Broken:
+    """A class reward whose construction fails: the sandbox must say so at start."""
+
+    def __init__(self):
+        raise RuntimeError("cannot load the grader model")
+
+    def __call__(self, response, example):
+        return 0.0
