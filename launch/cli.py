@@ -63,8 +63,20 @@ def _load_or_exit(path: str) -> config.RoleMap:
 
 
 def cmd_check(args) -> int:
+    """The role map, then its data (the task's files, the tokenizer, every prompt), as a run would."""
     cfg = _load_or_exit(args.config)
+    data = None
+    if not args.no_data:
+        from launch.data import prepare_data
+
+        try:
+            data = prepare_data(cfg)
+        except config.ConfigError as e:
+            print(f"mpirl: config error: {args.config}: {e}", file=sys.stderr)
+            return 2
     print(f"{args.config}: valid; {cfg.world.size} ranks")
+    if data is not None:
+        print(data.describe(cfg.task.name))
     print(config.rank_table(cfg))
     return 0
 
@@ -100,8 +112,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="mpirl", description="MPI-native asynchronous RL for LLMs")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("check", help="validate a role map and print the rank -> role table")
+    p = sub.add_parser("check", help="validate a role map and its data; print the rank -> role table")
     p.add_argument("config")
+    p.add_argument("--no-data", action="store_true",
+                   help="check the file only (not the task's data files, the tokenizer or the prompts)")
     p.set_defaults(fn=cmd_check)
 
     p = sub.add_parser("run", help="run a role map under mpiexec with the right number of ranks")

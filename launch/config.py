@@ -358,22 +358,27 @@ class RoleMap(_Section):
     @model_validator(mode="after")
     def _prompts_fit_the_context(self) -> "RoleMap":
         context = self.model.context_length()
-        limit, new = self.task.max_prompt_tokens, self.rollout.max_new_tokens
+        limit, new = self.task.max_prompt_tokens, self.longest_response()
+        which = "eval.max_new_tokens" if new > self.rollout.max_new_tokens else "rollout.max_new_tokens"
         if context is not None:
             if new >= context:
-                raise ValueError(f"rollout.max_new_tokens ({new}) leaves no room for a prompt in "
+                raise ValueError(f"{which} ({new}) leaves no room for a prompt in "
                                  f"the model's context of {context} tokens (max_position_embeddings)")
             if limit is not None and limit + new > context:
-                raise ValueError(f"task.max_prompt_tokens ({limit}) + rollout.max_new_tokens ({new}) "
+                raise ValueError(f"task.max_prompt_tokens ({limit}) + {which} ({new}) "
                                  f"exceeds the model's context of {context} tokens (max_position_embeddings)")
         return self
+
+    def longest_response(self) -> int:
+        """The most tokens any response may take (training or evaluation)."""
+        return max(self.rollout.max_new_tokens, self.eval.max_new_tokens or 0)
 
     def prompt_token_limit(self) -> int | None:
         """Longest prompt kept: task.max_prompt_tokens, else what the model's context leaves."""
         if self.task.max_prompt_tokens is not None:
             return self.task.max_prompt_tokens
         context = self.model.context_length()
-        return None if context is None else context - self.rollout.max_new_tokens
+        return None if context is None else context - self.longest_response()
 
     @model_validator(mode="after")
     def _batches_fit(self) -> "RoleMap":

@@ -22,10 +22,15 @@ for p in (str(REPO), str(TESTS)):
 
 @pytest.fixture
 def dummy_model(tmp_path) -> Path:
-    """A folder that passes the role map's model-path check: it holds just a config.json."""
+    """A folder that passes the role map's checks: a config.json (no weights) and the arith
+    demo's character tokenizer, so the data step (``launch.data``) can render prompts."""
+    from roles.tasks.arith import ALPHABET
+    from roles.tasks.tiny_llama import save_char_tokenizer
+
     d = tmp_path / "model"
     d.mkdir()
     (d / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    save_char_tokenizer(d, ALPHABET)
     return d
 
 

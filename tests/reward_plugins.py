@@ -77,3 +77,11 @@ class Broken:
 
     def __call__(self, response, example):
         return 0.0
+
+
+def c_sleep(response: str, example) -> float:
+    """On a trigger, 60 s in libc's sleep() with every signal blocked: only SIGKILL ends it."""
+    if _on_trigger(response):
+        signal.pthread_sigmask(signal.SIG_BLOCK, set(signal.Signals) - {signal.SIGKILL, signal.SIGSTOP})
+        ctypes.CDLL(None).sleep(60)
+    return 1.0

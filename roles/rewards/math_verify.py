@@ -7,7 +7,8 @@ hand-written rules here. The reference (``example.answer``) may be plain (``0.5`
 own delimiters, so math_verify reads it whole. The prediction is taken from the response
 the way math_verify does: a ``\\boxed{}`` answer first, then "final answer is" anchors and
 LaTeX, then plain expressions (so a response without a box may still be read, from its last
-expression). ``\\fbox{}`` counts as a box.
+expression). ``\\fbox{}`` counts as a box. Of several boxes the last counts, except that
+boxes close together ("\\boxed{2} and \\boxed{3}") read as one set of answers.
 
 math_verify's own time limits use SIGALRM, which only works on a main thread and would
 fight the caller's signal handlers; they are switched off here because the reward runs in
@@ -86,8 +87,8 @@ class MathVerifyReward:
         # Decimal places both sides are rounded to before numbers compare (math_verify's
         # float_rounding): 6 accepts 3.1415927 for \pi, 2 would accept 3.14.
         float_rounding: int = Field(6, ge=0)
-        # math_verify's strict mode: variables must match (x=3 is not y=3) and a set is not
-        # a tuple. false: variables match by position and {1,2} equals (1,2).
+        # math_verify's strict mode: variables must match (x=3 is not y=3). false: variables
+        # are matched by position (y=3 is accepted for x=3).
         strict: bool = True
 
     def __init__(self, config: Config | None = None):

@@ -1,48 +1,40 @@
-"""Running rewards in worker processes, so that a time limit holds whatever a reward does.
+"""Scoring responses in worker processes, so that a time limit holds whatever a reward does.
 
-A reward rank is an MPI process with background threads: it must not fork, and a thread or
-a signal cannot stop code that never returns to the interpreter (a sleep in a C extension,
-a sympy hang, a busy loop on another thread) or survive a segfault. So the rewards run in
-worker processes started by multiprocessing's fork server, which is exec'ed fresh (no MPI
-state, no threads) and has the reward modules imported ahead, so a restart costs a fork.
-Workers get component specs, never callables, and build the rewards themselves; a build
-that fails (bad options, an import error) is raised in the parent by the constructor.
+A reward rank is an MPI process with background threads: it must not fork, and neither a
+thread nor a signal can stop code that never returns to the interpreter (a sleep in a C
+extension, a sympy hang, a busy loop on another thread) or survive a segfault. So rewards
+run in worker processes (``roles.rewards.worker``) that this module schedules and replaces.
 
-``score(items)`` pipelines a call's items into the workers and reads results one by one,
-each with its own deadline (``timeout_s`` from when the worker began it). An item past its
-deadline is cut: its worker is killed (SIGKILL), the item scores 0 (``timed_out``), and a
+``RewardSandbox.score(items)`` pipelines a call's items into the workers and reads results
+one by one, each with its own deadline: ``timeout_s`` from when the worker began it (when
+the previous result arrived, or when the item was sent to an idle worker). An item past its
+deadline is cut: the worker is killed (SIGKILL), the item scores 0 (``timed_out``), and a
 fresh worker takes the items that were queued behind it. A worker that dies (crash,
-segfault, ``os._exit``) costs the item it was scoring one failure, and is restarted. Every
-wait has a deadline; sends never block, because a worker never holds more unread bytes
-than its request pipe can buffer.
+segfault, ``os._exit``) costs the item it was scoring one failure and is replaced. Every
+wait has a deadline, and sends never block: a worker never holds more unread request bytes
+than its pipe buffers (a larger item is sent alone, to a worker idle in its read).
 
-Workers die with their process server (PR_SET_PDEATHSIG), which exits with this process, so
-a reward stuck in a loop does not outlive the job; they ignore SIGINT, which the rank owns.
-Unlike multiprocessing's default, a worker does not re-run the parent's ``__main__`` script
-(the script of an MPI job would initialise MPI again in it). Not known here: what a reward
-computes (``roles.rewards.combine``), and how results reach the metrics.
+Overhead against calling ``CombinedReward`` in-process: ``bench/rewards.py`` measures it.
+Not known here: what a reward computes (``roles.rewards.combine``), what the counters
+mean to the run (the reward role reports them).
 """
 
 from __future__ import annotations
 
-import io
-import os
 import pickle
-import signal
 import time
-import traceback
 import weakref
 from collections import deque
 from dataclasses import dataclass
-from multiprocessing import connection, forkserver, get_context, popen_forkserver, spawn, util
-from multiprocessing.context import reduction, set_spawning_popen
+from multiprocessing import connection
 from typing import Any, Sequence
 
 from roles.rewards import REWARDS, reward_object
-from roles.rewards.combine import CombinedReward, ComponentSpec, check_labels
+from roles.rewards import worker as _worker
+from roles.rewards.combine import ComponentSpec, check_labels
+from roles.rewards.worker import RewardBuildError
 
-_CTX = get_context("forkserver")
-MAX_IN_FLIGHT = 8  # items queued in one worker: enough to hide the round trip, small enough to balance
+MAX_IN_FLIGHT = 8  # items queued in one worker: enough to hide the round trip, few enough to balance
 
 
 @dataclass
@@ -53,126 +45,18 @@ class SampleResult:
     timed_out: bool = False  # cut at the time limit
 
 
-class RewardBuildError(RuntimeError):
-    """The workers could not build the rewards, or did not start; the message says why."""
-
-
-class _Popen(popen_forkserver.Popen):
-    """multiprocessing's fork-server launch, minus re-running the parent's ``__main__``."""
-
-    def _launch(self, process_obj):  # the standard library's, with prep_data trimmed
-        prep_data = spawn.get_preparation_data(process_obj._name)
-        # The worker's target lives in this module and its arguments are plain data, so
-        # it needs nothing from __main__; an MPI script's top level must not run again.
-        prep_data.pop("init_main_from_path", None)
-        prep_data.pop("init_main_from_name", None)
-        buf = io.BytesIO()
-        set_spawning_popen(self)
-        try:
-            reduction.dump(prep_data, buf)
-            reduction.dump(process_obj, buf)
-        finally:
-            set_spawning_popen(None)
-        self.sentinel, w = forkserver.connect_to_new_process(self._fds)
-        _parent_w = os.dup(w)
-        self.finalizer = util.Finalize(self, util.close_fds, (_parent_w, self.sentinel))
-        with open(w, "wb", closefd=True) as f:
-            f.write(buf.getbuffer())
-        self.pid = forkserver.read_signed(self.sentinel)
-
-
-class _Process(_CTX.Process):
-    @staticmethod
-    def _Popen(process_obj):
-        return _Popen(process_obj)
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this process when its parent (the fork server) exits."""
-    try:
-        import ctypes
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: the request pipe's EOF still ends idle workers
-        return
-    if os.getppid() == 1:  # the server was already gone before the request took hold
-        os._exit(0)
-
-
-def _worker_main(specs, requests, results) -> None:
-    _die_with_parent()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        reward = CombinedReward(specs)
-    except BaseException as e:  # noqa: BLE001 - the parent raises it as RewardBuildError
-        results.send(("error", "".join(traceback.format_exception_only(e)).strip()))
-        return
-    results.send(("ready", None))
-    while True:
-        try:
-            data = requests.recv_bytes()
-        except EOFError:  # the parent closed the pipe, or died
-            return
-        try:
-            s = reward(*pickle.loads(data))
-            out = (s.score, s.components, s.failures)
-        except Exception:  # noqa: BLE001 - an item that cannot even be unpickled fails alone
-            traceback.print_exc()
-            out = (0.0, {}, 1)
-        results.send_bytes(pickle.dumps(out, pickle.HIGHEST_PROTOCOL))
-
-
-def _pipe_capacity(conn) -> int:
-    """Bytes the pipe buffers (asking Linux for 1 MiB first), so that sends never block."""
-    fcntl_mod = None
-    try:
-        import fcntl as fcntl_mod
-
-        fcntl_mod.fcntl(conn.fileno(), fcntl_mod.F_SETPIPE_SZ, 1 << 20)
-    except (ImportError, AttributeError, OSError):
-        pass  # not Linux, or over the user's pipe limit: keep what there is
-    try:
-        return fcntl_mod.fcntl(conn.fileno(), fcntl_mod.F_GETPIPE_SZ)
-    except (AttributeError, OSError):
-        return 4096  # the smallest pipe buffer of any Unix mpirl runs on
-
-
 class _Worker:
-    """One worker process, its two pipes, and the items it holds, oldest first."""
+    """A started worker and the items it holds, oldest (the one it is scoring) first."""
 
-    def __init__(self, specs, startup_timeout_s: float):
-        req_r, self.requests = _CTX.Pipe(duplex=False)
-        self.results, res_w = _CTX.Pipe(duplex=False)
-        # Unread requests stay under half the buffer; the 4-byte frame headers fit in the rest.
-        self.window = _pipe_capacity(self.requests) // 2
-        self.proc = _Process(target=_worker_main, args=(specs, req_r, res_w), daemon=True,
-                             name="mpirl-reward-worker")
-        try:
-            self.proc.start()
-        finally:
-            req_r.close()
-            res_w.close()  # so that the worker's death reads as EOF here
+    def __init__(self, server, specs, startup_timeout_s: float):
+        self.proc, self.requests, self.results = _worker.start(server, specs, startup_timeout_s)
+        # Unread requests stay under half the buffer; the rest is room for frame headers.
+        self.window = _worker.pipe_capacity(self.requests) // 2
         self.held: deque[tuple[int, int]] = deque()  # (item index, request bytes)
         self.held_bytes = 0
         self.head_since = 0.0  # when the worker began the oldest item it holds
-        self._await_ready(startup_timeout_s)
-
-    def _await_ready(self, timeout_s: float) -> None:
-        if not self.results.poll(timeout_s):
-            self.kill()
-            raise RewardBuildError(f"the reward worker did not start within {timeout_s:g} s")
-        try:
-            kind, message = self.results.recv()
-        except EOFError:
-            self.kill()
-            raise RewardBuildError(f"the reward worker exited (code {self.proc.exitcode}) "
-                                   "while building the rewards") from None
-        if kind != "ready":
-            self.kill()
-            raise RewardBuildError(f"cannot build the rewards: {message}")
 
     def can_take(self, nbytes: int) -> bool:
-        # An item larger than the window goes alone: the worker is idle in recv, reading it.
         return not self.held or (len(self.held) < MAX_IN_FLIGHT and self.held_bytes + nbytes <= self.window)
 
     def send(self, index: int, payload: bytes) -> None:
@@ -188,26 +72,23 @@ class _Worker:
         self.head_since = time.monotonic()
         return index
 
-    def kill(self) -> None:
-        if self.proc.pid is not None and self.proc.exitcode is None:
-            self.proc.kill()
-            self.proc.join(5.0)  # SIGKILL is not refused; 5 s only bounds a stuck kernel
-        self.requests.close()
-        self.results.close()
+    def stop(self) -> None:
+        _worker.stop(self.proc, self.requests, self.results)
 
 
-def _kill_all(workers: list[_Worker]) -> None:
+def _stop_all(workers: list[_Worker], server) -> None:
     for w in workers:
-        w.kill()
+        w.stop()
     workers.clear()
+    _worker.stop_server(server)
 
 
 def _preload_modules(specs: Sequence[ComponentSpec]) -> list[str]:
-    """Modules the fork server imports ahead: this one, built-in rewards and what they declare.
+    """What the fork server imports ahead: the worker, built-in rewards, and their ``preload``.
 
-    User modules are left to the workers: the server dies on any import error but ImportError.
+    User modules are left to the workers: the server would die on an import error.
     """
-    mods = [__name__]
+    mods = [_worker.__name__]
     for spec in specs:
         if spec.name in REWARDS:
             mods.append(REWARDS[spec.name].partition(":")[0])
@@ -218,8 +99,9 @@ def _preload_modules(specs: Sequence[ComponentSpec]) -> list[str]:
 class RewardSandbox:
     """``CombinedReward(specs)`` in ``workers`` processes, each item bounded by ``timeout_s``.
 
-    The fork server is one per process: its preloaded modules are those of the first
-    sandbox made (a later one with other rewards works, its workers import them when built).
+    Counters: ``failures`` (failed components, and items whose worker died), ``timeouts``,
+    ``restarts``. Raises RewardBuildError (the worker's message) when the rewards cannot
+    be built.
     """
 
     def __init__(self, specs: Sequence[ComponentSpec], timeout_s: float, workers: int = 1,
@@ -231,36 +113,38 @@ class RewardSandbox:
         check_labels(specs)
         self.specs = tuple(specs)
         self.timeout_s = float(timeout_s)
+        # Covers the first start: the fork server's interpreter and its preloads (seconds on
+        # a shared file system), then each worker's build.
         self.startup_timeout_s = float(startup_timeout_s)
         self.failures = self.timeouts = self.restarts = 0
         self._zero = {**{s.label: 0.0 for s in self.specs}, "correct": 0.0}
         self._workers: list[_Worker] = []
-        self._closer = weakref.finalize(self, _kill_all, self._workers)  # also runs at exit
-        _CTX.set_forkserver_preload(_preload_modules(self.specs))
+        self._server = _worker.new_server(_preload_modules(self.specs))
+        self._closer = weakref.finalize(self, _stop_all, self._workers, self._server)  # and at exit
         try:
             for _ in range(workers):
-                self._workers.append(_Worker(self.specs, self.startup_timeout_s))
+                self._workers.append(_Worker(self._server, self.specs, self.startup_timeout_s))
         except BaseException:
             self.close()
             raise
 
     def score(self, items: Sequence[tuple[str, Any]]) -> list[SampleResult]:
-        """Scores of ``(response_text, example)`` pairs, in order."""
-        if self._closer.alive is False:
+        """Results for ``(response_text, example)`` pairs, in their order."""
+        if not self._closer.alive:
             raise RuntimeError("the reward sandbox is closed")
         payloads = [pickle.dumps(tuple(item), pickle.HIGHEST_PROTOCOL) for item in items]
         out: list[SampleResult | None] = [None] * len(items)
         pending = deque(range(len(items)))
         for i, w in enumerate(self._workers):
             if not w.proc.is_alive():  # died between calls (killed from outside)
-                self._replace(i, [])
+                self._replace(i)
         while pending or any(w.held for w in self._workers):
             self._dispatch(pending, payloads, out)
             busy = [w for w in self._workers if w.held]
             deadline = min(w.head_since for w in busy) + self.timeout_s
             connection.wait([w.results for w in busy], timeout=max(0.0, deadline - time.monotonic()))
             for w in busy:
-                self._collect(w, pending, out)
+                self._collect(self._workers.index(w), pending, out)
         return out  # type: ignore[return-value]
 
     def _dispatch(self, pending: deque, payloads: list[bytes], out: list) -> None:
@@ -269,11 +153,11 @@ class RewardSandbox:
                 index = pending.popleft()
                 try:
                     self._workers[i].send(index, payloads[index])
-                except OSError:  # the worker died: it loses its oldest item, like any crash
+                except OSError:  # the worker is dead: it loses its oldest item, like any crash
                     self._crashed(i, pending, out)
 
-    def _collect(self, w: _Worker, pending: deque, out: list) -> None:
-        i = self._workers.index(w)
+    def _collect(self, i: int, pending: deque, out: list) -> None:
+        w = self._workers[i]
         while w.held and w.results.poll(0):
             try:
                 score, components, failures = pickle.loads(w.results.recv_bytes())
@@ -284,30 +168,34 @@ class RewardSandbox:
             out[w.pop_head()] = SampleResult(score, components, failures)
         if w.held and time.monotonic() >= w.head_since + self.timeout_s:
             self.timeouts += 1
-            index = w.held[0][0]
-            out[index] = SampleResult(0.0, dict(self._zero), 0, timed_out=True)
-            self._requeue(self._replace(i, list(w.held)[1:]), pending)
+            out[w.held[0][0]] = SampleResult(0.0, dict(self._zero), 0, timed_out=True)
+            self._requeue(list(w.held)[1:], pending)
+            self._replace(i)
 
     def _crashed(self, i: int, pending: deque, out: list) -> None:
         held = list(self._workers[i].held)
         if held:
             self.failures += 1
             out[held[0][0]] = SampleResult(0.0, dict(self._zero), 1)
-        self._requeue(self._replace(i, held[1:]), pending)
+        self._requeue(held[1:], pending)
+        self._replace(i)
 
-    def _replace(self, i: int, held: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        """Kills worker ``i`` and starts a fresh one; returns the items to send again."""
-        self._workers[i].kill()
-        self._workers[i] = _Worker(self.specs, self.startup_timeout_s)
+    def _replace(self, i: int) -> None:
+        self._workers[i].stop()
+        self._workers[i] = _Worker(self._server, self.specs, self.startup_timeout_s)
         self.restarts += 1
-        return held
 
     @staticmethod
     def _requeue(held: list[tuple[int, int]], pending: deque) -> None:
-        pending.extendleft(index for index, _ in reversed(held))
+        pending.extendleft(index for index, _ in reversed(held))  # first in line, in order
+
+    @property
+    def worker_pids(self) -> list[int]:
+        """Process ids of the current workers (they change when one is replaced)."""
+        return [w.proc.pid for w in self._workers]
 
     def close(self) -> None:
-        """Kills the workers; safe to call twice, and run on garbage collection and at exit."""
+        """Kills the workers and their server; safe to call twice, and run on garbage collection and at exit."""
         self._closer()
 
     def __enter__(self) -> RewardSandbox:
@@ -315,3 +203,6 @@ class RewardSandbox:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+__all__ = ["RewardBuildError", "RewardSandbox", "SampleResult"]

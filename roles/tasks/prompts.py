@@ -67,7 +67,7 @@ def encode_prompts(tokenizer, examples: Sequence[Example], config: TaskConfig, m
         texts = [prompt_text(tokenizer, ex, config) for ex in chunk]
         # The template already holds every special token; plain text gets the tokenizer's own
         # (BOS for Llama-style ones). Batched: the Rust tokenizer encodes in one call.
-        encoded = tokenizer(texts, add_special_tokens=not chat)["input_ids"]
+        encoded = _encode(tokenizer, texts, chunk, add_special_tokens=not chat)
         for ex, ids in zip(chunk, encoded):
             if max_tokens is not None and len(ids) > max_tokens:
                 out.too_long.append(ex.id)
@@ -77,3 +77,16 @@ def encode_prompts(tokenizer, examples: Sequence[Example], config: TaskConfig, m
             out.ids[ex.id] = np.asarray(ids, dtype=np.int32)
             out.longest = max(out.longest, len(ids))
     return out
+
+
+def _encode(tokenizer, texts: list[str], examples: Sequence[Example], add_special_tokens: bool) -> list:
+    try:
+        return tokenizer(texts, add_special_tokens=add_special_tokens)["input_ids"]
+    except Exception:  # noqa: BLE001 - find the prompt the tokenizer refuses, and name it
+        for text, ex in zip(texts, examples):
+            try:
+                tokenizer(text, add_special_tokens=add_special_tokens)
+            except Exception as e:  # noqa: BLE001
+                raise TaskDataError(f"task: the tokenizer at model.path cannot encode the prompt of example "
+                                    f"{ex.id} ({text[:60]!r}...): {type(e).__name__}: {e}") from None
+        raise

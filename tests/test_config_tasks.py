@@ -1,0 +1,205 @@
+"""The role map's task, reward and eval sections: each validated by its component's own Config.
+
+And the data step (``launch.data``, also run by ``mpirl check``): files read, prompts
+rendered, and every problem with them refused before any work, with the field named.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+
+import pytest
+
+from launch import config
+from launch.data import prepare_data
+from mpi_helpers import REPO
+
+
+def parse(base, **sections):
+    raw = copy.deepcopy(base)
+    raw.update(sections)
+    return config.parse(raw)
+
+
+def refused(base, match, **sections):
+    with pytest.raises(config.ConfigError, match=match):
+        parse(base, **sections)
+
+
+@pytest.fixture
+def gsm8k_files(tmp_path):
+    rows = [{"question": f"Ann has {i} pens and buys 2 more. How many pens?", "answer": f"{i}+2={i + 2}\n#### {i + 2}"}
+            for i in range(10)]
+    train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
+    train.write_text("".join(json.dumps(r) + "\n" for r in rows[:7]))
+    test.write_text("".join(json.dumps(r) + "\n" for r in rows[7:]))
+    return train, test
+
+
+@pytest.fixture(autouse=True)
+def _plugins_importable(monkeypatch):
+    monkeypatch.syspath_prepend(str(REPO / "tests"))
+
+
+@pytest.fixture
+def bpe_config(base_config, tmp_path):
+    """base_config over a model folder whose tokenizer is a byte-level BPE with a chat template."""
+    from roles.tasks.tiny_bpe import save_bpe_chat_tokenizer
+
+    d = tmp_path / "bpe_model"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": "llama", "max_position_embeddings": 256}))
+    save_bpe_chat_tokenizer(d, ["Ann has 3 pens and buys 2 more. How many pens?"] * 4, vocab_size=300)
+    raw = copy.deepcopy(base_config)
+    raw["model"]["path"] = str(d)
+    return raw
+
+
+# ----------------------------------------------------------------------------- task
+
+
+def test_the_default_task_is_arith_with_its_reward(base_config):
+    cfg = parse(base_config)
+    assert cfg.task.name == "arith" and cfg.task.max_operand == 20
+    assert [c.name for c in cfg.reward.components] == ["arith_exact"]
+
+
+def test_task_sections_are_checked_by_the_tasks_own_config(base_config, gsm8k_files):
+    train, test = map(str, gsm8k_files)
+    refused(base_config, r"task\.name: unknown task 'gsm9k'", task={"name": "gsm9k"})
+    refused(base_config, r"task\.max_operand: unknown key", task={"name": "gsm8k", "train_files": [train],
+                                                                   "max_operand": 3})
+    refused(base_config, r"task\.train_files: required", task={"name": "gsm8k"})
+    refused(base_config, r"task\.train_files\[0\].*no_such", task={"name": "gsm8k", "train_files": ["no_such.jsonl"]})
+    refused(base_config, r"task\.max_operand", task={"name": "arith", "max_operand": "20"})
+    cfg = parse(base_config, task={"name": "gsm8k", "train_files": train, "eval_files": [test]})
+    assert cfg.task.train_files == [train] and cfg.reward.components[0].name == "gsm8k"  # its default
+    assert parse(base_config, task={"name": "math", "train_files": [train]}).reward.components[0].name == "math_verify"
+
+
+def test_a_user_task_is_a_plugin_with_its_own_options(base_config):
+    cfg = parse(base_config, task={"name": "task_plugins:Countdown", "size": 4})
+    assert cfg.task.size == 4 and cfg.reward.components[0].name == "exact"
+    refused(base_config, r"task\.size", task={"name": "task_plugins:Countdown", "size": 0})
+    refused(base_config, r"task\.name: .*not a subclass", task={"name": "task_plugins:NotATask"})
+    refused(base_config, r"task\.name: cannot import module 'no_such_module'", task={"name": "no_such_module:T"})
+
+
+def test_a_task_without_a_default_reward_needs_one_named(base_config, gsm8k_files):
+    task = {"name": "dataset", "train_files": [str(gsm8k_files[0])], "prompt_key": "question", "answer_key": "answer"}
+    refused(base_config, r"reward: task 'dataset' has no default reward", task=task)
+    assert parse(base_config, task=task, reward="exact").reward.components[0].name == "exact"
+
+
+# ---------------------------------------------------------------------------- reward
+
+
+def test_reward_forms(base_config):
+    assert [c.name for c in parse(base_config, reward="exact").reward.components] == ["exact"]
+    one = parse(base_config, reward={"name": "exact", "strip": False, "timeout_s": 3}).reward
+    assert one.timeout_s == 3 and one.components[0].options == {"strip": False}
+    many = parse(base_config, reward=[{"name": "exact"}, {"name": "format", "weight": 0.1, "boxed": True}]).reward
+    assert [(c.name, c.weight) for c in many.components] == [("exact", 1.0), ("format", 0.1)]
+    listed = parse(base_config, reward={"components": ["exact", {"name": "format", "tag": "answer"}], "workers": 2})
+    assert listed.reward.workers == 2 and listed.reward.components[1].options == {"tag": "answer"}
+
+
+def test_reward_mistakes_are_named(base_config):
+    refused(base_config, r"reward\.components\[0\]\.name: unknown reward 'exakt'", reward="exakt")
+    refused(base_config, r"reward\.components\[0\]\.strip", reward={"name": "exact", "strip": "yes"})
+    refused(base_config, r"reward\.components\[0\]\.color: unknown key", reward={"name": "exact", "color": 1})
+    refused(base_config, r"reward\.components\[1\]", reward=[{"name": "exact"}, {"name": "format"}])  # needs a check
+    refused(base_config, r"takes no options", reward={"name": "reward_plugins:length", "x": 1})
+    refused(base_config, r"logged as 'exact'", reward=["exact", "exact"])
+    refused(base_config, r"reward\.timeout_s", reward={"name": "exact", "timeout_s": 0})
+    assert parse(base_config, reward=["exact", {"name": "exact", "label": "exact2"}]).reward.components[1].logged_as == "exact2"
+
+
+# ------------------------------------------------------------------ eval and context
+
+
+def test_eval_section(base_config):
+    cfg = parse(base_config)
+    assert not cfg.eval.enabled
+    cfg = parse(base_config, eval={"every_steps": 5, "samples": 4, "examples": 50})
+    assert cfg.eval.enabled and cfg.eval.samples == 4
+    assert parse(base_config, eval={"before_training": True}).eval.enabled
+    refused(base_config, r"eval\.every_steps", eval={"every_steps": -1})
+    refused(base_config, r"eval\.examples", eval={"examples": 0})
+    refused(base_config, r"eval\.temperature", eval={"temperature": 0})
+
+
+def test_prompt_and_response_must_fit_the_models_context(base_config, dummy_model):
+    (dummy_model / "config.json").write_text(json.dumps({"model_type": "llama", "max_position_embeddings": 64}))
+    assert parse(base_config).prompt_token_limit() == 64 - 4
+    assert parse(base_config, eval={"max_new_tokens": 10}).prompt_token_limit() == 64 - 10
+    refused(base_config, r"task\.max_prompt_tokens \(62\) \+ rollout\.max_new_tokens \(4\) exceeds .* 64",
+            task={"max_prompt_tokens": 62})
+    refused(base_config, r"eval\.max_new_tokens \(64\) leaves no room", eval={"max_new_tokens": 64})
+    assert parse(base_config, task={"max_prompt_tokens": 60}).prompt_token_limit() == 60
+
+
+# ------------------------------------------------------------------------ the data
+
+
+def test_data_is_prepared_with_counts(bpe_config, gsm8k_files):
+    from transformers import AutoTokenizer
+
+    train, test = map(str, gsm8k_files)
+    cfg = parse(bpe_config, task={"name": "gsm8k", "train_files": [train], "eval_files": [test]},
+                eval={"every_steps": 2, "examples": 2})
+    data = prepare_data(cfg)
+    assert len(data.train_prompts) == 7 and list(data.eval_prompts) == [7, 8]  # the first 2 eval examples
+    assert data.stats["prompts_too_long"] == 0 and data.stats["train_examples"] == 7
+    tok = AutoTokenizer.from_pretrained(cfg.model.path)
+    text = tok.decode(data.train_prompts[0].tolist())  # rendered with the chat template
+    assert text.startswith("<|im_start|>user\nAnn has 0 pens") and text.endswith("<|im_start|>assistant\n")
+
+
+def test_a_prompt_the_tokenizer_cannot_encode_is_named(base_config, gsm8k_files):
+    cfg = parse(base_config, task={"name": "gsm8k", "train_files": [str(gsm8k_files[0])]})  # char tokenizer
+    with pytest.raises(config.ConfigError, match=r"cannot encode the prompt of example 0"):
+        prepare_data(cfg)
+
+
+def test_data_problems_are_config_errors(bpe_config, gsm8k_files, tmp_path):
+    base_config = bpe_config
+    train, _ = map(str, gsm8k_files)
+    with pytest.raises(config.ConfigError, match=r"every one of the 7 training prompts is longer than 10 tokens"):
+        prepare_data(parse(base_config, task={"name": "gsm8k", "train_files": [train], "max_prompt_tokens": 10}))
+    with pytest.raises(config.ConfigError, match=r"eval: .*no eval examples"):
+        prepare_data(parse(base_config, task={"name": "gsm8k", "train_files": [train]}, eval={"every_steps": 1}))
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"q": "x", "answer": "#### 1"}) + "\n")
+    with pytest.raises(config.ConfigError, match=r"task\.train_files\[0\].*bad\.jsonl.*question"):
+        prepare_data(parse(base_config, task={"name": "gsm8k", "train_files": [str(bad)]}))
+
+
+def test_long_prompts_are_left_out_and_counted(base_config):
+    cfg = parse(base_config, task={"name": "arith", "max_prompt_tokens": 5})
+    data = prepare_data(cfg)
+    # "<bos>a+b=": 5 tokens when both operands have one digit, 6 or 7 otherwise.
+    assert data.stats["prompts_too_long"] > 0 and data.train_prompts
+    assert all(len(ids) <= 5 for ids in data.train_prompts.values())
+    assert data.stats["prompts_too_long"] + len(data.train_prompts) == 320
+
+
+def _check(path):
+    return subprocess.run([sys.executable, "-m", "launch.cli", "check", str(path)], capture_output=True, text=True,
+                          cwd=REPO, timeout=120, env={"PYTHONPATH": f"{REPO}:{REPO / 'tests'}", "PATH": "/usr/bin:/bin"})
+
+
+def test_mpirl_check_reads_the_data(bpe_config, gsm8k_files, write_config, tmp_path):
+    train, test = map(str, gsm8k_files)
+    raw = copy.deepcopy(bpe_config)
+    raw["task"] = {"name": "gsm8k", "train_files": [train], "eval_files": [test]}
+    out = _check(write_config(raw))
+    assert out.returncode == 0, out.stderr
+    assert "task gsm8k: 7 train / 0 eval examples" in out.stdout
+    raw["task"]["train_files"] = [str(tmp_path / "gone.parquet")]
+    out = _check(write_config(raw))
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "task.train_files[0]" in out.stderr and "gone.parquet" in out.stderr

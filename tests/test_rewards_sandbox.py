@@ -1,0 +1,311 @@
+"""Combining rewards, and running them in the process sandbox: limits, crashes, build errors.
+
+Also the small built-ins whose options are checked here (format, exact). The misbehaving
+rewards are in ``tests/reward_plugins.py``; each sandbox test is bounded by its own timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pydantic
+import pytest
+
+from roles.rewards import build_reward
+from roles.rewards.combine import CombinedReward, ComponentSpec
+from roles.rewards.sandbox import RewardBuildError, RewardSandbox
+from roles.tasks.base import Example
+
+REPO = Path(__file__).resolve().parents[1]
+EX = Example(id=1, prompt="How many?", answer="18")
+LIMIT = 1.0  # the per-item time limit of the hanging tests
+
+
+def spec(label, name, weight=1.0, **options):
+    return ComponentSpec(label, name, weight, options)
+
+
+def gone(pid: int) -> bool:
+    """The process has exited (a zombie no reaper collects counts as exited)."""
+    try:
+        return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] in ("Z", "X")
+    except (FileNotFoundError, IndexError):
+        return True
+
+
+# ---------------------------------------------------------------- combining (in-process)
+
+
+@pytest.mark.timeout(30)
+def test_weighted_sum_and_components():
+    r = CombinedReward([spec("answer", "gsm8k"), spec("fmt", "format", 0.25, pattern=r"####\s*\d")])
+    s = r("9 * 2 = 18\n#### 18", EX)
+    assert s.score == pytest.approx(1.25) and s.failures == 0
+    assert s.components == {"answer": 1.0, "answer/correct": 1.0, "answer/extracted": 1.0,
+                            "fmt": 1.0, "correct": 1.0}
+    s = r("The answer is 17", EX)  # fallback finds a wrong number; no marker
+    assert s.score == 0.0 and s.components["correct"] == 0.0 and s.components["fmt"] == 0.0
+
+
+@pytest.mark.timeout(30)
+def test_correct_comes_from_the_first_component_reporting_it():
+    r = CombinedReward([spec("fmt", "format", 0.1, boxed=True), spec("a", "exact"), spec("b", "gsm8k")])
+    s = r("18", EX)  # exact: right; gsm8k: right; no box
+    assert s.components["correct"] == 1.0 and s.score == pytest.approx(2.0)
+    s = r(" 18 \\boxed{18}", EX)  # exact: wrong (the box); gsm8k: right
+    assert s.components["correct"] == 0.0 and s.components["b/correct"] == 1.0
+
+
+@pytest.mark.timeout(30)
+def test_without_a_verifier_correct_means_a_positive_score():
+    r = CombinedReward([spec("fmt", "format", tag="answer")])
+    assert r("<answer>18</answer>", EX).components == {"fmt": 1.0, "correct": 1.0}
+    assert r("<answer> </answer>", EX).components == {"fmt": 0.0, "correct": 0.0}
+
+
+@pytest.mark.timeout(30)
+def test_a_failing_component_scores_zero_and_is_counted():
+    r = CombinedReward([spec("bad", "reward_plugins:raises"), spec("nan", "reward_plugins:not_finite"),
+                        spec("len", "reward_plugins:length", 2.0)])
+    s = r("abcd", EX)
+    assert s.failures == 2
+    assert s.score == pytest.approx(0.8)  # 2.0 * len("abcd") / 10
+    assert s.components == {"bad": 0.0, "nan": 0.0, "len": pytest.approx(0.4), "correct": 0.0}
+
+
+@pytest.mark.timeout(30)
+def test_component_specs_are_checked():
+    with pytest.raises(ValueError, match="label"):
+        spec("a/b", "exact")
+    with pytest.raises(ValueError, match="correct"):
+        spec("correct", "exact")
+    with pytest.raises(ValueError, match="weight"):
+        spec("a", "exact", float("nan"))
+    with pytest.raises(ValueError, match="repeated: a"):
+        CombinedReward([spec("a", "exact"), spec("a", "gsm8k")])
+    with pytest.raises(ValueError, match="'a' \\(no_such_reward\\).*unknown reward"):
+        CombinedReward([spec("a", "no_such_reward")])
+
+
+# ---------------------------------------------------------------- format and exact
+
+
+@pytest.mark.timeout(30)
+def test_format_checks():
+    regex = build_reward("format", {"pattern": r"^<think>.*</think>\s*<answer>.*</answer>$"})
+    assert regex("<think>a\nb</think> <answer>3</answer>", EX) == 1.0  # DOTALL: "." crosses lines
+    assert regex("<answer>3</answer>", EX) == 0.0
+    tag = build_reward("format", {"tag": "answer"})
+    assert tag("so <answer> 18 </answer>", EX) == 1.0
+    assert tag("so <answer>  </answer>", EX) == 0.0
+    assert tag("so <answer>18", EX) == 0.0
+    boxed = build_reward("format", {"boxed": True})
+    assert boxed("thus \\boxed{\\frac{1}{2}}", EX) == 1.0
+    assert boxed("thus \\boxed{}", EX) == 0.0
+    assert boxed("thus 1/2", EX) == 0.0
+
+
+@pytest.mark.parametrize("options,message", [
+    ({}, "exactly one of the options 'pattern', 'tag' or 'boxed: true' \\(got none\\)"),
+    ({"pattern": "a", "boxed": True}, "\\(got pattern, boxed\\)"),
+    ({"pattern": "(unclosed"}, "option 'pattern' is not a valid regular expression"),
+    ({"tag": "<answer>"}, "option 'tag' must be an element name"),
+    ({"boxed": "yes"}, "boxed"),
+    ({"tags": "answer"}, "tags"),
+])
+@pytest.mark.timeout(30)
+def test_format_option_errors(options, message):
+    with pytest.raises(pydantic.ValidationError, match=message):
+        build_reward("format", options)
+
+
+@pytest.mark.timeout(30)
+def test_exact_options():
+    ex = Example(2, "Capital of France?", "Paris")
+    assert build_reward("exact", {})(" Paris\n", ex) == {"score": 1.0, "correct": 1.0}
+    assert build_reward("exact", {"strip": False})(" Paris\n", ex)["score"] == 0.0
+    assert build_reward("exact", {})("paris", ex)["score"] == 0.0
+    assert build_reward("exact", {"case_sensitive": False})("PARIS", ex)["score"] == 1.0
+    assert build_reward("exact", {})("Paris.", ex)["score"] == 0.0
+    with pytest.raises(pydantic.ValidationError, match="case_sensitive"):
+        build_reward("exact", {"case_sensitive": "no"})
+
+
+# ---------------------------------------------------------------- the sandbox
+
+
+@pytest.mark.timeout(60)
+def test_sandbox_matches_in_process_and_runs_user_functions():
+    specs = [spec("answer", "gsm8k"), spec("len", "reward_plugins:length", 0.5)]
+    items = [(f"so {n} in all\n#### {n}", EX) for n in (18, 17, 18, 5)] + [("no answer", EX)]
+    local = CombinedReward(specs)
+    with RewardSandbox(specs, timeout_s=10) as sb:
+        got = sb.score(items)
+        assert sb.score([]) == []
+    assert [(r.score, r.components, r.failures, r.timed_out) for r in got] == \
+           [(s.score, s.components, 0, False) for s in (local(t, e) for t, e in items)]
+    assert [r.components["correct"] for r in got] == [1.0, 0.0, 1.0, 0.0, 0.0]
+
+
+@pytest.mark.timeout(60)
+def test_the_worker_has_no_mpi4py_even_when_the_parent_does():
+    import mpi4py  # noqa: F401 - the package only: MPI is not initialised by this
+
+    with RewardSandbox([spec("m", "reward_plugins:saw_mpi4py")], timeout_s=10) as sb:
+        (r,) = sb.score([("x", EX)])
+    assert r.components["m/mpi"] == 0.0 and r.components["m/pid"] != os.getpid()
+
+
+@pytest.mark.timeout(60)
+def test_failures_are_counted_in_the_sandbox():
+    with RewardSandbox([spec("bad", "reward_plugins:raises"), spec("ok", "exact")], timeout_s=10) as sb:
+        results = sb.score([("18", EX), ("17", EX)])
+        assert [r.failures for r in results] == [1, 1] and sb.failures == 2
+        assert [r.score for r in results] == [1.0, 0.0]
+        assert sb.timeouts == sb.restarts == 0
+
+
+@pytest.mark.parametrize("plugin", ["sleeps_in_thread", "busy_loop", "c_sleep"])
+@pytest.mark.timeout(60)
+def test_a_hang_is_cut_at_the_limit_and_the_rest_still_score(plugin):
+    with RewardSandbox([spec("x", f"reward_plugins:{plugin}"), spec("len", "reward_plugins:length")],
+                       timeout_s=LIMIT) as sb:
+        first = sb.worker_pids[0]
+        t0 = time.monotonic()
+        results = sb.score([("a", EX), ("TRIGGER", EX), ("bb", EX), ("TRIGGER 2", EX), ("ccc", EX)])
+        took = time.monotonic() - t0
+        assert 2 * LIMIT * 0.9 <= took <= 2 * (LIMIT + 2)
+        assert [r.timed_out for r in results] == [False, True, False, True, False]
+        assert [r.score for r in results] == [pytest.approx(1.1), 0.0, pytest.approx(1.2), 0.0,
+                                              pytest.approx(1.3)]
+        assert results[1].components == {"x": 0.0, "len": 0.0, "correct": 0.0}
+        assert (sb.timeouts, sb.restarts, sb.failures) == (2, 2, 0)
+        assert sb.worker_pids[0] != first
+        assert sb.score([("dddd", EX)])[0].score == pytest.approx(1.4)  # the fresh worker works
+    deadline = time.monotonic() + 10
+    while not gone(first) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(first)
+
+
+@pytest.mark.parametrize("plugin", ["exits", "segfaults"])
+@pytest.mark.timeout(60)
+def test_a_dying_worker_fails_its_item_and_is_restarted(plugin):
+    with RewardSandbox([spec("x", f"reward_plugins:{plugin}")], timeout_s=10) as sb:
+        t0 = time.monotonic()
+        results = sb.score([("a", EX), ("TRIGGER", EX), ("b", EX), ("TRIGGER", EX), ("c", EX)])
+        assert time.monotonic() - t0 < 5
+        assert [r.failures for r in results] == [0, 1, 0, 1, 0]
+        assert [r.score for r in results] == [1.0, 0.0, 1.0, 0.0, 1.0]
+        assert not any(r.timed_out for r in results)
+        assert (sb.failures, sb.restarts, sb.timeouts) == (2, 2, 0)
+
+
+@pytest.mark.timeout(60)
+def test_a_worker_killed_between_calls_is_replaced():
+    with RewardSandbox([spec("x", "exact")], timeout_s=10) as sb:
+        pid = sb.worker_pids[0]
+        os.kill(pid, signal.SIGKILL)
+        while not gone(pid):
+            time.sleep(0.01)
+        assert [r.score for r in sb.score([("18", EX), ("1", EX)])] == [1.0, 0.0]
+        assert sb.restarts == 1 and sb.failures == 0
+
+
+@pytest.mark.timeout(60)
+def test_items_spread_over_workers_and_large_items_pass():
+    with RewardSandbox([spec("m", "reward_plugins:saw_mpi4py"), spec("len", "reward_plugins:length")],
+                       timeout_s=10, workers=2) as sb:
+        assert len(set(sb.worker_pids)) == 2
+        big = "x" * (3 << 20)  # larger than any pipe buffer: sent alone, to an idle worker
+        results = sb.score([(str(i), EX) for i in range(30)] + [(big, EX), ("end", EX)])
+        assert {r.components["m/pid"] for r in results} == set(map(float, sb.worker_pids))
+        assert results[-2].components["len"] == len(big) / 10
+        assert [r.components["len"] for r in results[:30]] == [len(str(i)) / 10 for i in range(30)]
+
+
+@pytest.mark.parametrize("specs,message", [
+    ([spec("f", "format")], "cannot build the rewards: ValueError: reward 'f' \\(format\\).*'pattern', 'tag'"),
+    ([spec("g", "gsm8k", fallback="first")], "reward 'g' \\(gsm8k\\).*fallback"),
+    ([spec("b", "reward_plugins:Broken")], "cannot load the grader model"),
+    ([spec("m", "no_such_module:fn")], "cannot import module 'no_such_module'"),
+])
+@pytest.mark.timeout(60)
+def test_a_build_error_is_raised_at_construction(specs, message):
+    t0 = time.monotonic()
+    with pytest.raises(RewardBuildError, match=message):
+        RewardSandbox(specs, timeout_s=5)
+    assert time.monotonic() - t0 < 30
+
+
+@pytest.mark.timeout(60)
+def test_close_is_idempotent_and_kills_the_workers():
+    sb = RewardSandbox([spec("x", "exact")], timeout_s=5, workers=2)
+    pids = sb.worker_pids
+    sb.close()
+    sb.close()
+    assert all(gone(p) for p in pids)
+    with pytest.raises(RuntimeError, match="closed"):
+        sb.score([("18", EX)])
+    with pytest.raises(ValueError, match="timeout_s"):
+        RewardSandbox([spec("x", "exact")], timeout_s=0)
+
+
+def run_script(tmp_path: Path, body: str, timeout: float = 60) -> subprocess.Popen:
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(f"""\
+        import sys
+        sys.path[:0] = [{str(REPO)!r}, {str(REPO / "tests")!r}]
+        with open({str(tmp_path / "imports")!r}, "a") as f:  # once per run of this file
+            f.write("x")
+        if __name__ == "__main__":
+            from roles.rewards.combine import ComponentSpec
+            from roles.rewards.sandbox import RewardSandbox
+            from roles.tasks.base import Example
+        """) + textwrap.indent(textwrap.dedent(body), "    "))
+    return subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+
+
+@pytest.mark.timeout(90)
+def test_the_parent_script_is_not_run_again_in_the_worker(tmp_path):
+    proc = run_script(tmp_path, """\
+        with RewardSandbox([ComponentSpec("x", "exact", 1.0, {})], timeout_s=5) as sb:
+            print(sb.score([("1", Example(0, "", "1"))])[0].score)
+        """)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and out.strip() == "1.0"
+    assert (tmp_path / "imports").read_text() == "x"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+@pytest.mark.timeout(90)
+def test_a_stuck_worker_dies_with_its_rank(tmp_path):
+    proc = run_script(tmp_path, """\
+        sb = RewardSandbox([ComponentSpec("x", "reward_plugins:busy_loop", 1.0, {})], timeout_s=300)
+        print(sb.worker_pids[0], flush=True)
+        sb.score([("TRIGGER", Example(0, "", "1"))])
+        """)
+    worker = int(proc.stdout.readline())
+    time.sleep(0.3)
+    assert not gone(worker)
+    proc.kill()  # SIGKILL: no atexit, no finalizer runs in the rank
+    proc.wait(10)
+    deadline = time.monotonic() + 10
+    while not gone(worker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert gone(worker)
+
+
+@pytest.mark.timeout(90)
+def test_nothing_here_imports_mpi4py():
+    code = ("import sys, roles, roles.rewards.sandbox, roles.rewards.gsm8k, roles.rewards.exact, "
+            "roles.rewards.format, roles.rewards.math_verify; "
+            "assert 'mpi4py' not in sys.modules, 'mpi4py imported'")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.returncode == 0, done.stderr
