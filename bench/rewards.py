@@ -15,7 +15,8 @@ with several numbers, most ending ``#### N`` (right or wrong, some with ``1,234`
 some with no marker (the last-number fallback); MATH-style reasoning with LaTeX and a
 ``\\boxed{}`` answer (fractions, roots, intervals, sets, polynomials, pi), right in a
 different form (``0.5`` for ``\\frac{1}{2}``) or wrong, eight responses per problem like a
-rollout group. ``overhead_us`` is the sandbox's extra wall time per item.
+rollout group. ``overhead_us`` is the sandbox's extra wall time per item; ``restart_ms``
+what replacing a worker (after a timeout or a crash) adds to a call.
 
 ``generators_per_reward_rank`` = sandbox rate / ``--gen-responses-per-s``: how many
 generators one reward rank (one worker) keeps up with. The default of 50 responses/s per
@@ -31,6 +32,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import statistics
 import sys
 import time
@@ -102,6 +104,23 @@ def timed(fn) -> float:
     return time.perf_counter() - t0
 
 
+def restart_cost(sandbox: RewardSandbox, one: list, reps: int = 5) -> float:
+    """Seconds a call takes more when its worker has to be replaced first (median)."""
+    plain, after_kill = [], []
+    for _ in range(reps):
+        plain.append(timed(lambda: sandbox.score(one)))
+        pid = sandbox.worker_pids[0]
+        os.kill(pid, signal.SIGKILL)
+        while True:  # until its server has reaped it
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.001)
+        after_kill.append(timed(lambda: sandbox.score(one)))
+    return statistics.median(after_kill) - statistics.median(plain)
+
+
 def measure(name: str, items, reps: int, call_size: int) -> dict:
     spec = [ComponentSpec(name, name, 1.0, {})]
     inproc = CombinedReward(spec)
@@ -122,9 +141,7 @@ def measure(name: str, items, reps: int, call_size: int) -> dict:
     for _ in range(reps):
         a.append(timed(run_inproc))
         b.append(timed(run_sandbox))
-    t0 = time.perf_counter()
-    RewardSandbox(spec, timeout_s=30.0, workers=1).close()  # the fork server is warm now
-    warm_start_s = time.perf_counter() - t0
+    restart_ms = restart_cost(sandbox, items[:1]) * 1e3
     sandbox.close()
     inproc_s, sandbox_s = statistics.median(a), statistics.median(b)
     ratio = statistics.median(x / y for x, y in zip(a, b))  # sandbox rate / in-process rate
@@ -137,7 +154,7 @@ def measure(name: str, items, reps: int, call_size: int) -> dict:
         "ratio": round(ratio, 3),
         "overhead_us": round((sandbox_s - inproc_s) / n * 1e6, 1),
         "first_start_s": round(start_s, 3),  # fork server (interpreter, preloads) + worker
-        "warm_start_ms": round(warm_start_s * 1e3, 1),  # a restart's cost: fork + build
+        "restart_ms": round(restart_ms, 1),  # what a timeout or crash adds: fork + build
     }
 
 

@@ -291,6 +291,9 @@ class RewardSection(_Section):
     def _unique_labels(cls, v: list[RewardComponent]) -> list[RewardComponent]:
         seen = [c.logged_as for c in v]
         for label in seen:
+            if "/" in label or label in ("correct", "score"):
+                raise ValueError(f"a component cannot be logged as {label!r} (no '/', and 'correct' and "
+                                 "'score' are the reward's own keys): give it another label")
             if seen.count(label) > 1:
                 raise ValueError(f"two components are logged as {label!r}: give one a label")
         return v

@@ -29,8 +29,11 @@ def not_finite(response: str, example) -> dict:
 
 
 def saw_mpi4py(response: str, example) -> dict:
-    """1.0 in ``mpi``: whether mpi4py is imported in the process that scores."""
-    return {"score": 1.0, "mpi": float("mpi4py" in sys.modules), "pid": float(os.getpid())}
+    """Whether the scoring process has mpi4py imported (``mpi``) or an MPI launcher's
+    environment (``mpi_env``), and its process id."""
+    mpi_env = any(k.startswith(("OMPI_", "PMIX_", "PMI_")) for k in os.environ)
+    return {"score": 1.0, "mpi": float("mpi4py" in sys.modules), "mpi_env": float(mpi_env),
+            "pid": float(os.getpid())}
 
 
 def _on_trigger(response: str) -> bool:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from roles.tasks.arith import ALPHABET, ArithConfig, ArithPrompt, ArithTokens, arith_exact
+from roles.tasks.arith import ALPHABET, ArithConfig, ArithPrompt, ArithTask, ArithTokens, arith_exact
 from roles.tasks.tiny_llama import TINY, build_tiny_llama, save_char_tokenizer
 
 
@@ -120,3 +120,22 @@ def test_short_sft_runs_and_saves(tmp_path):
     assert out["final_loss"] < 0.7 * out["first_loss"]
     model = AutoModelForCausalLM.from_pretrained(tmp_path / "sft")
     assert task.heldout_accuracy(model) == pytest.approx(out["heldout_acc_after"])
+
+
+def test_the_arith_task_is_a_task_with_the_same_split():
+    """What the RL job sees: examples with ids, answers, and the held-out pairs as the eval split."""
+    from roles.tasks import build_task
+    from roles.tasks.arith import ArithExact
+
+    task = build_task(ArithTask.Config(), seed=0)
+    train, held = task.examples("train"), task.examples("eval")
+    from roles.tasks.arith import _split
+
+    want_train, want_held = _split(20, 0.2, 0)
+    assert [e.id for e in train] == [p.id for p in want_train]
+    assert [e.id for e in held] == [p.id for p in want_held]
+    ex = task.example(3 * 20 + 15)
+    assert (ex.prompt, ex.answer) == ("3+15=", "18")
+    assert ArithExact()("18", ex) == {"score": 1.0, "correct": 1.0}
+    assert ArithExact()("18<eos>", ex)["score"] == 1.0 and ArithExact()("185", ex)["score"] == 0.0
+    assert [e.id for e in build_task(ArithTask.Config(), seed=1).examples("eval")] != [e.id for e in held]

@@ -113,7 +113,8 @@ def test_reward_mistakes_are_named(base_config):
     refused(base_config, r"reward\.components\[0\]\.color: unknown key", reward={"name": "exact", "color": 1})
     refused(base_config, r"reward\.components\[1\]", reward=[{"name": "exact"}, {"name": "format"}])  # needs a check
     refused(base_config, r"takes no options", reward={"name": "reward_plugins:length", "x": 1})
-    refused(base_config, r"logged as 'exact'", reward=["exact", "exact"])
+    refused(base_config, r"logged as .exact.", reward=["exact", "exact"])
+    refused(base_config, r"cannot be logged as .correct.", reward=[{"name": "exact", "label": "correct"}])
     refused(base_config, r"reward\.timeout_s", reward={"name": "exact", "timeout_s": 0})
     assert parse(base_config, reward=["exact", {"name": "exact", "label": "exact2"}]).reward.components[1].logged_as == "exact2"
 

@@ -24,6 +24,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+import pydantic
+
 from roles.rewards import build_reward, score_of
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,13 @@ class SampleScore:
     failures: int = 0  # components that raised or returned a non-finite value
 
 
+def _describe(e: Exception) -> str:
+    """One line per problem; an option error names its option ("fallback: Input should be ...")."""
+    if isinstance(e, pydantic.ValidationError):
+        return "; ".join(f"{'.'.join(map(str, err['loc'])) or 'options'}: {err['msg']}" for err in e.errors())
+    return f"{type(e).__name__}: {e}"
+
+
 def check_labels(specs: Sequence[ComponentSpec]) -> None:
     labels = [s.label for s in specs]
     if not labels:
@@ -74,7 +83,7 @@ class CombinedReward:
             try:
                 self._fns.append(build_reward(spec.name, spec.options))
             except Exception as e:  # noqa: BLE001 - re-raised with the component named
-                raise ValueError(f"reward {spec.label!r} ({spec.name}): {type(e).__name__}: {e}") from e
+                raise ValueError(f"reward {spec.label!r} ({spec.name}): {_describe(e)}") from e
         self._logged: set[str] = set()
 
     def __call__(self, response: str, example: Any) -> SampleScore:

@@ -21,7 +21,9 @@ mean to the run (the reward role reports them).
 
 from __future__ import annotations
 
+import atexit
 import pickle
+import select
 import time
 import weakref
 from collections import deque
@@ -34,7 +36,9 @@ from roles.rewards import worker as _worker
 from roles.rewards.combine import ComponentSpec, check_labels
 from roles.rewards.worker import RewardBuildError
 
-MAX_IN_FLIGHT = 8  # items queued in one worker: enough to hide the round trip, few enough to balance
+# Items queued in one worker: enough to hide the round trip and send several per message,
+# few enough that a call spreads evenly over several workers.
+MAX_IN_FLIGHT = 8
 
 
 @dataclass
@@ -50,21 +54,24 @@ class _Worker:
 
     def __init__(self, server, specs, startup_timeout_s: float):
         self.proc, self.requests, self.results = _worker.start(server, specs, startup_timeout_s)
-        # Unread requests stay under half the buffer; the rest is room for frame headers.
+        # Unread requests stay under half the buffer; the rest is room for framing.
         self.window = _worker.pipe_capacity(self.requests) // 2
         self.held: deque[tuple[int, int]] = deque()  # (item index, request bytes)
         self.held_bytes = 0
         self.head_since = 0.0  # when the worker began the oldest item it holds
+        self._poller = select.poll()  # a result ready? (cheaper than Connection.poll)
+        self._poller.register(self.results.fileno(), select.POLLIN)
 
-    def can_take(self, nbytes: int) -> bool:
-        return not self.held or (len(self.held) < MAX_IN_FLIGHT and self.held_bytes + nbytes <= self.window)
-
-    def send(self, index: int, payload: bytes) -> None:
+    def send(self, batch: list[tuple[int, bytes]]) -> None:
         if not self.held:
             self.head_since = time.monotonic()
-        self.held.append((index, len(payload)))
-        self.held_bytes += len(payload)
-        self.requests.send_bytes(payload)
+        for index, payload in batch:
+            self.held.append((index, len(payload)))
+            self.held_bytes += len(payload)
+        self.requests.send_bytes(pickle.dumps([payload for _, payload in batch], pickle.HIGHEST_PROTOCOL))
+
+    def has_result(self) -> bool:
+        return bool(self._poller.poll(0))  # also true at EOF: the worker died
 
     def pop_head(self) -> int:
         index, nbytes = self.held.popleft()
@@ -74,6 +81,19 @@ class _Worker:
 
     def stop(self) -> None:
         _worker.stop(self.proc, self.requests, self.results)
+
+
+_OPEN: weakref.WeakSet = weakref.WeakSet()  # sandboxes not yet closed
+
+
+def _close_open_sandboxes() -> None:
+    for sandbox in list(_OPEN):
+        sandbox.close()
+
+
+# Registered after multiprocessing's exit hook (imported above), so it runs first (atexit is
+# LIFO): that hook SIGTERMs and joins children, and a worker stuck in C code may block SIGTERM.
+atexit.register(_close_open_sandboxes)
 
 
 def _stop_all(workers: list[_Worker], server) -> None:
@@ -92,7 +112,10 @@ def _preload_modules(specs: Sequence[ComponentSpec]) -> list[str]:
     for spec in specs:
         if spec.name in REWARDS:
             mods.append(REWARDS[spec.name].partition(":")[0])
-            mods.extend(getattr(reward_object(spec.name), "preload", ()))
+            try:
+                mods.extend(getattr(reward_object(spec.name), "preload", ()))
+            except Exception:  # noqa: BLE001 - the worker's build reports it, as RewardBuildError
+                pass
     return list(dict.fromkeys(mods))
 
 
@@ -101,7 +124,7 @@ class RewardSandbox:
 
     Counters: ``failures`` (failed components, and items whose worker died), ``timeouts``,
     ``restarts``. Raises RewardBuildError (the worker's message) when the rewards cannot
-    be built.
+    be built. One caller at a time: ``score`` is not meant to be called from two threads.
     """
 
     def __init__(self, specs: Sequence[ComponentSpec], timeout_s: float, workers: int = 1,
@@ -120,7 +143,8 @@ class RewardSandbox:
         self._zero = {**{s.label: 0.0 for s in self.specs}, "correct": 0.0}
         self._workers: list[_Worker] = []
         self._server = _worker.new_server(_preload_modules(self.specs))
-        self._closer = weakref.finalize(self, _stop_all, self._workers, self._server)  # and at exit
+        self._closer = weakref.finalize(self, _stop_all, self._workers, self._server)  # on collection
+        _OPEN.add(self)
         try:
             for _ in range(workers):
                 self._workers.append(_Worker(self._server, self.specs, self.startup_timeout_s))
@@ -138,27 +162,46 @@ class RewardSandbox:
         for i, w in enumerate(self._workers):
             if not w.proc.is_alive():  # died between calls (killed from outside)
                 self._replace(i)
-        while pending or any(w.held for w in self._workers):
-            self._dispatch(pending, payloads, out)
-            busy = [w for w in self._workers if w.held]
-            deadline = min(w.head_since for w in busy) + self.timeout_s
-            connection.wait([w.results for w in busy], timeout=max(0.0, deadline - time.monotonic()))
-            for w in busy:
-                self._collect(self._workers.index(w), pending, out)
+        try:
+            while pending or any(w.held for w in self._workers):
+                self._dispatch(pending, payloads, out)
+                busy = [w for w in self._workers if w.held]
+                deadline = min(w.head_since for w in busy) + self.timeout_s
+                connection.wait([w.results for w in busy], timeout=max(0.0, deadline - time.monotonic()))
+                for w in busy:
+                    self._collect(self._workers.index(w), pending, out)
+        except BaseException:
+            # Interrupted (KeyboardInterrupt, a failed restart): results still on their way
+            # would be taken for the next call's items, so those workers go.
+            for w in self._workers:
+                if w.held:
+                    w.stop()
+            raise
         return out  # type: ignore[return-value]
 
     def _dispatch(self, pending: deque, payloads: list[bytes], out: list) -> None:
-        for i in range(len(self._workers)):
-            while pending and self._workers[i].can_take(len(payloads[pending[0]])):
+        """Tops up each worker that has worked off half its share, in one message."""
+        outstanding = len(pending) + sum(len(w.held) for w in self._workers)
+        share = min(MAX_IN_FLIGHT, -(-outstanding // len(self._workers)))  # an even split
+        for i, w in enumerate(self._workers):
+            if not pending or len(w.held) > share // 2:
+                continue
+            batch, nbytes = [], w.held_bytes
+            while pending and len(w.held) + len(batch) < share:
+                size = len(payloads[pending[0]])
+                if (w.held or batch) and nbytes + size > w.window:
+                    break  # an item over the window goes alone, to an idle worker reading it
                 index = pending.popleft()
-                try:
-                    self._workers[i].send(index, payloads[index])
-                except OSError:  # the worker is dead: it loses its oldest item, like any crash
-                    self._crashed(i, pending, out)
+                batch.append((index, payloads[index]))
+                nbytes += size
+            try:
+                w.send(batch)
+            except OSError:  # the worker is dead: it loses its oldest item, like any crash
+                self._crashed(i, pending, out)
 
     def _collect(self, i: int, pending: deque, out: list) -> None:
         w = self._workers[i]
-        while w.held and w.results.poll(0):
+        while w.held and w.has_result():
             try:
                 score, components, failures = pickle.loads(w.results.recv_bytes())
             except (EOFError, OSError):
@@ -195,8 +238,10 @@ class RewardSandbox:
         return [w.proc.pid for w in self._workers]
 
     def close(self) -> None:
-        """Kills the workers and their server; safe to call twice, and run on garbage collection and at exit."""
+        """Kills the workers and their server. Safe to call twice; also runs when the sandbox
+        is garbage-collected and at interpreter exit."""
         self._closer()
+        _OPEN.discard(self)
 
     def __enter__(self) -> RewardSandbox:
         return self

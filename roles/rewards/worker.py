@@ -5,16 +5,19 @@ multiprocessing is touched): a process exec'ed fresh from the rank (no MPI state
 threads) that imports the reward modules once (``preload``) and forks a worker per
 request, so a restart costs a fork, not an interpreter start and a sympy import. A worker
 gets component specs (plain data), builds the rewards itself, says ``ready`` (or why it
-could not build them), then answers each request (a pickled ``(response, example)``) with
-one result, in order, until its request pipe closes.
+could not build them), then takes batches of requests (pickled ``(response, example)``
+pairs) and answers each with one result, in order, until its request pipe closes.
 
-Three departures from multiprocessing's defaults, each for an MPI job:
+Departures from multiprocessing's defaults, each for an MPI job:
 - a worker does not re-run the parent's ``__main__`` script (an MPI script's top level
   would initialise MPI again in it);
 - it dies with the rank even while stuck in C code: it gives up its copy of the fork
   server's liveness pipe (so the server exits when the rank does) and asks Linux for
   SIGKILL when the server exits (PR_SET_PDEATHSIG);
-- it ignores SIGINT: a Ctrl-C reaches the whole process group, and the rank decides.
+- it ignores SIGINT (a Ctrl-C reaches the whole process group, and the rank decides), and
+  drops the MPI launcher's environment (``OMPI_*``, ``PMIX_*``, ``PMI_*``).
+These lean on multiprocessing's internals as of Python 3.11 (the version pyproject pins):
+``popen_forkserver.Popen._launch`` and the fields of ``forkserver.ForkServer``.
 Not known here: time limits, restarts and scheduling (``roles.rewards.sandbox``).
 """
 
@@ -52,11 +55,13 @@ def stop_server(server: forkserver.ForkServer, timeout_s: float = 5.0) -> None:
     ``timeout_s`` (stopped, say) is killed: closing never waits without a bound.
     """
     with server._lock:
-        pid, alive_fd = server._forkserver_pid, server._forkserver_alive_fd
+        pid, alive_fd, address = server._forkserver_pid, server._forkserver_alive_fd, server._forkserver_address
         server._forkserver_pid = server._forkserver_alive_fd = server._forkserver_address = None
     if pid is None:
         return
     os.close(alive_fd)
+    if address and not util.is_abstract_socket_namespace(address):
+        os.unlink(address)  # a socket file (not Linux)
     deadline = time.monotonic() + timeout_s
     try:
         while os.waitpid(pid, os.WNOHANG)[0] == 0:
@@ -125,6 +130,10 @@ def serve(specs, requests, results) -> None:
     """The worker's main: build ``CombinedReward(specs)``, then score requests until EOF."""
     _die_with_rank()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Not an MPI process: a library that initialises MPI inside a reward must not try to
+    # join the job as a second copy of this rank.
+    for key in [k for k in os.environ if k.startswith(("OMPI_", "PMIX_", "PMI_"))]:
+        del os.environ[key]
     try:
         reward = CombinedReward(specs)
     except BaseException as e:  # noqa: BLE001 - the parent raises it as RewardBuildError
@@ -133,16 +142,18 @@ def serve(specs, requests, results) -> None:
     results.send(("ready", None))
     while True:
         try:
-            data = requests.recv_bytes()
+            batch = pickle.loads(requests.recv_bytes())  # a list of pickled items
         except EOFError:  # the rank closed the pipe, or died
             return
-        try:
-            s = reward(*pickle.loads(data))
-            out = (s.score, s.components, s.failures)
-        except Exception:  # noqa: BLE001 - an item that cannot even be unpickled fails alone
-            traceback.print_exc()
-            out = (0.0, {}, 1)
-        results.send_bytes(pickle.dumps(out, pickle.HIGHEST_PROTOCOL))
+        for data in batch:
+            try:
+                s = reward(*pickle.loads(data))
+                out = (s.score, s.components, s.failures)
+            except Exception:  # noqa: BLE001 - an item that cannot even be unpickled fails alone
+                traceback.print_exc()
+                out = (0.0, {}, 1)
+            # At once, item by item: the rank times each item from its predecessor's result.
+            results.send_bytes(pickle.dumps(out, pickle.HIGHEST_PROTOCOL))
 
 
 def pipe_capacity(conn) -> int:
@@ -171,6 +182,10 @@ def start(server: forkserver.ForkServer, specs, startup_timeout_s: float):
                          name="mpirl-reward-worker")
     try:
         proc.start()
+    except BaseException:
+        requests.close()
+        results.close()
+        raise
     finally:
         req_r.close()
         res_w.close()  # so that the worker's death reads as EOF here
