@@ -232,7 +232,8 @@ class RewardComponent(_Section):
 
     name: str  # a built-in (roles.rewards.REWARDS) or "package.module:function" / ":Class"
     weight: float = 1.0  # the reward is the weighted sum of its components' scores
-    label: str | None = None  # the name it is logged under (default: name); must be unique
+    # The name it is logged under (default: the name, or for package.module:fn just fn); unique.
+    label: str | None = None
     options: dict = {}  # the reward's own options (written beside name in the role map)
 
     @model_validator(mode="before")
@@ -261,7 +262,7 @@ class RewardComponent(_Section):
 
     @property
     def logged_as(self) -> str:
-        return self.label or self.name
+        return self.label or self.name.rpartition(":")[2]
 
 
 class RewardSection(_Section):

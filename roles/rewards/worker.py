@@ -23,6 +23,7 @@ Not known here: time limits, restarts and scheduling (``roles.rewards.sandbox``)
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import pickle
@@ -55,13 +56,15 @@ def stop_server(server: forkserver.ForkServer, timeout_s: float = 5.0) -> None:
     ``timeout_s`` (stopped, say) is killed: closing never waits without a bound.
     """
     with server._lock:
-        pid, alive_fd, address = server._forkserver_pid, server._forkserver_alive_fd, server._forkserver_address
+        pid, alive_fd = server._forkserver_pid, server._forkserver_alive_fd
+        address = server._forkserver_address
         server._forkserver_pid = server._forkserver_alive_fd = server._forkserver_address = None
     if pid is None:
         return
     os.close(alive_fd)
     if address and not util.is_abstract_socket_namespace(address):
-        os.unlink(address)  # a socket file (not Linux)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(address)  # a socket file (not Linux)
     deadline = time.monotonic() + timeout_s
     try:
         while os.waitpid(pid, os.WNOHANG)[0] == 0:

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from pydantic import Field
 
 from roles.tasks.base import Example, Task, TaskConfig
@@ -164,12 +163,14 @@ class ArithTokens:
             return 0.0
         return 1.0 if len(got) == len(want) or got[len(want)] == self.eos_id else 0.0
 
-    @torch.no_grad()
     def accuracy(self, model, prompts: list[ArithPrompt], tokenizer=None) -> float:
         """Share of ``prompts`` the model answers exactly under greedy decoding (one batch)."""
+        import torch  # here, not at the top: reward workers import this module for its reward
+
         if tokenizer is not None and tokenizer is not self.tokenizer:
             return ArithTokens(tokenizer, self.config).accuracy(model, prompts)
-        responses = self._greedy(model, [self.encode_prompt(p) for p in prompts])
+        with torch.no_grad():
+            responses = self._greedy(model, [self.encode_prompt(p) for p in prompts])
         return float(np.mean([self.score(p, r) for p, r in zip(prompts, responses)]))
 
     def heldout_accuracy(self, model, tokenizer=None) -> float:
@@ -178,6 +179,8 @@ class ArithTokens:
     def _greedy(self, model, prompts: list[np.ndarray]) -> list[list[int]]:
         # Prompts and answers are a few tokens, so re-running the whole left-padded batch per
         # step is cheaper to read than a KV cache and still takes milliseconds.
+        import torch
+
         was_training = model.training
         model.eval()
         device = next(model.parameters()).device
