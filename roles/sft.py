@@ -14,15 +14,17 @@ target with EOS, so the model learns to stop) and says how accuracy is measured.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Literal, Sequence
 
 import numpy as np
 import torch
 
-from roles.tasks.arith import ArithTokens
+if TYPE_CHECKING:  # the generic core needs no task; only the arith wrapper names one
+    from roles.tasks.arith import ArithTokens
 
 Row = tuple[np.ndarray, np.ndarray]  # (prompt token ids, target token ids)
 
@@ -41,6 +43,9 @@ class SFTConfig:
     # torch intra-op threads while training (restored after). A 0.6M-parameter model has
     # nothing to split across threads; on a shared 2-core box 2 threads ran >10x slower than 1.
     threads: int | None = 1
+    # The rate after the warm-up: "constant", or "cosine" down to a tenth of lr at the last
+    # step (a short run of a small model ends at a lower loss when the rate decays).
+    schedule: Literal["constant", "cosine"] = "constant"
 
 
 def sft_train(
@@ -87,16 +92,19 @@ def _train(model_dir, tokenizer, rows: Sequence[Row], out_dir, evaluate, cfg: SF
     from transformers import AutoModelForCausalLM
 
     t0 = time.perf_counter()
+    lr_factor = _lr_factor(cfg)  # a bad schedule fails before any work
+    n_chosen = int(round(cfg.fraction * len(rows)))
+    if n_chosen < 1:
+        raise ValueError(f"SFT: fraction {cfg.fraction} of {len(rows)} rows leaves none to train on")
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     rng = np.random.default_rng(cfg.seed)
-    chosen = [rows[i] for i in rng.choice(len(rows), int(round(cfg.fraction * len(rows))), replace=False)]
+    chosen = [rows[i] for i in rng.choice(len(rows), n_chosen, replace=False)]
     ids, _, labels = _pad_rows(chosen, int(tokenizer.pad_token_id))
 
     acc_before = evaluate(model) if evaluate is not None else None
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    warmup = max(1, cfg.steps // 20)  # Adam's first steps are noisy; a short ramp keeps them small
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warmup))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
     loss = first_loss = torch.tensor(float("nan"))
     for step in range(cfg.steps):
         idx = torch.as_tensor(rng.integers(0, len(chosen), cfg.batch))
@@ -126,6 +134,21 @@ def _train(model_dir, tokenizer, rows: Sequence[Row], out_dir, evaluate, cfg: SF
         "seconds": time.perf_counter() - t0,
         "out_dir": str(out),
     }
+
+
+def _lr_factor(cfg: SFTConfig) -> Callable[[int], float]:
+    warmup = max(1, cfg.steps // 20)  # Adam's first steps are noisy; a short ramp keeps them small
+    if cfg.schedule == "constant":
+        return lambda s: min(1.0, (s + 1) / warmup)
+    if cfg.schedule != "cosine":
+        raise ValueError(f"SFTConfig.schedule must be 'constant' or 'cosine', got {cfg.schedule!r}")
+    floor = 0.1
+
+    def cosine(s: int) -> float:
+        done = min(s, cfg.steps) / cfg.steps
+        return min(1.0, (s + 1) / warmup) * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * done)))
+
+    return cosine
 
 
 def _pad_rows(rows: Sequence[Row], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -29,7 +29,7 @@ from roles.tasks.tiny_llama import ModelSize
 # Calibrated on 2 shared cores, 1 thread (see the figures in the demo's notes): big enough to
 # learn part of the problems in a minute, small enough that RL steps stay well under a second.
 DEMO_SIZE = ModelSize(
-    hidden_size=128, num_layers=4, num_heads=2, intermediate_size=384, max_position_embeddings=160
+    hidden_size=128, num_layers=2, num_heads=4, intermediate_size=256, max_position_embeddings=160
 )
 
 
@@ -40,7 +40,8 @@ class PrepareConfig:
     size: ModelSize = DEMO_SIZE  # the model's shape
     # The warm start (its seed is the run's). Calibrated so held-out greedy accuracy lands
     # where RL still has room to lift it, not near 0 or 1.
-    sft: SFTConfig = field(default_factory=lambda: SFTConfig(fraction=0.25, steps=150, lr=1e-3, batch=32))
+    sft: SFTConfig = field(default_factory=lambda: SFTConfig(
+        fraction=1.0, steps=600, lr=3e-3, batch=16, schedule="cosine"))
     # Tokens of a greedy held-out response at most; the longest two-step solution is ~35.
     max_new_tokens: int = 48
     # The ``task`` section's options beyond the files (instruction, system_prompt, ...), so
@@ -125,7 +126,8 @@ def prepare(out_dir: str | Path, seed: int = 0, config: PrepareConfig = PrepareC
         "target_tokens_mean": float(np.mean([len(t) for _, t in rows])),
         "target_tokens_max": max(len(t) for _, t in rows),
     })
-    stamp.write_text(json.dumps({"settings": settings, "report": report}, default=float))
+    report = json.loads(json.dumps(report, default=float))  # as a reuse will read it back
+    stamp.write_text(json.dumps({"settings": settings, "report": report}))
     return report
 
 

@@ -41,7 +41,7 @@ LOSS_VERBS = ("gives away", "loses", "sells", "uses")  # "<name> loses 3 <object
 class ProblemConfig:
     train: int = 2000  # problems in the training split
     test: int = 200  # problems in the held-out split (questions never seen in training)
-    max_number: int = 20  # largest operand of a sum or a difference (smallest is 1)
+    max_number: int = 10  # largest operand of a sum or a difference (smallest is 1)
     max_factor: int = 9  # largest factor of a product (smallest is 2): single-digit tables
     two_step_share: float = 0.5  # share of problems that take two steps rather than one
     seed: int = 0  # the same seed writes the same rows

@@ -1,0 +1,1 @@
+"""The a+b CPU demo: a tiny Llama with a character tokenizer (`make demo`)."""
