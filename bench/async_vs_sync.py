@@ -32,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from examples.arith import prepare as arith  # noqa: E402
 from launch import recipe  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[1] / "examples/arith/async.yaml"
@@ -81,7 +82,7 @@ def main() -> None:
     args = parser.parse_args()
 
     out = Path(args.out)
-    recipe.prepare_model(out / "model", seed=args.seed)
+    arith.prepare_model(out / "model", seed=args.seed)
     model_dir = out / "model" / "sft"
     runs = {name: run_mode(name, model_dir, out, args.steps, args.seed) for name in MODES}
 

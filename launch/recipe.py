@@ -1,8 +1,8 @@
-"""The arithmetic recipe end to end: build a tiny model, warm-start it, run RL, evaluate.
+"""Running a recipe from Python: a role map with overrides, the job under mpiexec, its metrics.
 
-Used by ``make demo`` (examples/arith/demo.py), by the end-to-end tests and by the
-benchmarks, so all three run exactly the same job. Nothing is downloaded: the model and
-its character tokenizer are made here.
+Used by the demos (``examples/*/demo.py``), the end-to-end tests and the benchmarks, so all of
+them launch jobs the way a user's ``mpirl run`` does. Knows no task: each demo prepares its
+own model and data (``examples/<demo>/prepare.py``).
 """
 
 from __future__ import annotations
@@ -19,52 +19,6 @@ import yaml
 
 from launch import config as config_lib
 from launch.cli import mpiexec_command
-
-ALPHABET = "0123456789+="
-
-
-# Warm start calibrated for the demo (seed 0, 2 cores): held-out accuracy about 0.29 after
-# SFT, and RL (300 steps, AIPO, lr 3e-5, std-normalised advantages) lifts it to about 0.41.
-# A hotter SFT (lr 1e-3) memorises its pairs: samples of a group agree, advantages vanish.
-SFT_LR = 3e-4
-
-
-def prepare_model(out_dir: str | Path, seed: int = 0, sft_steps: int = 400, size=None, sft_lr: float = SFT_LR) -> dict:
-    """Build the tiny Llama in ``out_dir/base`` and warm-start it into ``out_dir/sft``.
-
-    Returns the SFT report (held-out accuracy, seconds). Reuses a finished ``sft`` folder
-    made with the same settings, so repeated demos and tests skip the seconds it takes.
-    """
-    import torch
-
-    from roles.sft import sft_warm_start
-    from roles.tasks.arith import ArithConfig, ArithTokens
-    from roles.tasks.tiny_llama import TINY, build_tiny_llama
-
-    out = Path(out_dir)
-    stamp = out / "sft" / "mpirl-sft.json"
-    settings = {"seed": seed, "sft_steps": sft_steps, "sft_lr": sft_lr, "size": str(size or TINY)}
-    if stamp.is_file():
-        done = json.loads(stamp.read_text())
-        if done.get("settings") == settings:
-            return done["report"]
-    torch.manual_seed(seed)
-    base = build_tiny_llama(out / "base", ALPHABET, seed=seed, **(size or TINY).kwargs())
-    task = ArithTokens(str(base), ArithConfig(seed=seed))
-    report = sft_warm_start(base, task, out_dir=out / "sft", steps=sft_steps, lr=sft_lr, seed=seed)
-    stamp.write_text(json.dumps({"settings": settings, "report": report}, default=float))
-    return report
-
-
-def heldout_accuracy(model_dir: str | Path, seed: int = 0) -> float:
-    from transformers import AutoModelForCausalLM
-
-    from roles.tasks.arith import ArithConfig, ArithTokens
-
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir))
-    task = ArithTokens(str(model_dir), ArithConfig(seed=seed))
-    return task.heldout_accuracy(model)
-
 
 def write_config(base_config: str | Path, out_dir: str | Path, overrides: dict) -> Path:
     """A copy of ``base_config`` with ``overrides`` (``{"run": {"steps": 5}}``) merged in."""

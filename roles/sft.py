@@ -9,7 +9,7 @@ regime where RL's gain is visible.
 targets only, an optional accuracy callback before and after. It knows nothing about tasks,
 chat templates or rewards: the caller renders prompts and targets into ids (and ends each
 target with EOS, so the model learns to stop) and says how accuracy is measured.
-``sft_warm_start`` is the arithmetic demo's use of it.
+The demos' uses of it are ``examples/arith/prepare.py`` and ``examples/gsm8k/prepare.py``.
 """
 
 from __future__ import annotations
@@ -18,13 +18,10 @@ import math
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Literal, Sequence
+from typing import Callable, Literal, Sequence
 
 import numpy as np
 import torch
-
-if TYPE_CHECKING:  # the generic core needs no task; only the arith wrapper names one
-    from roles.tasks.arith import ArithTokens
 
 Row = tuple[np.ndarray, np.ndarray]  # (prompt token ids, target token ids)
 
@@ -33,10 +30,9 @@ Row = tuple[np.ndarray, np.ndarray]  # (prompt token ids, target token ids)
 class SFTConfig:
     fraction: float = 0.25  # share of the given rows used for SFT (drawn without replacement)
     steps: int = 400  # optimizer steps
-    # AdamW learning rate (constant after a 5% warm-up). For arith, 1e-3 reaches a slightly
-    # higher held-out accuracy (0.25-0.33 vs 0.24-0.29, seeds 0-2) but memorises its pairs so
-    # hard that groups of samples agree and RL's advantages vanish. From 3e-4, the demo's RL
-    # (launch/recipe.py) lifts held-out accuracy from about 0.29 to 0.41.
+    # AdamW learning rate (after a 5% warm-up). Too hot a warm start memorises its rows so hard
+    # that the samples of a group agree and RL's advantages vanish (each demo's prepare.py
+    # says how it chose its rate).
     lr: float = 3e-4
     batch: int = 32  # sequences per step, drawn with replacement
     seed: int = 0  # picks the SFT rows and the order of the batches
@@ -69,23 +65,6 @@ def sft_train(
         return _train(model_dir, tokenizer, rows, out_dir, evaluate, config)
     finally:
         torch.set_num_threads(prev_threads)
-
-
-def sft_warm_start(
-    model_dir: str | Path,
-    task: ArithTokens,
-    out_dir: str | Path | None = None,
-    fraction: float = SFTConfig.fraction,
-    steps: int = SFTConfig.steps,
-    lr: float = SFTConfig.lr,
-    batch: int = SFTConfig.batch,
-    seed: int = SFTConfig.seed,
-    threads: int | None = SFTConfig.threads,
-) -> dict:
-    """The arithmetic warm start: ``<bos>a+b=`` -> ``answer<eos>``, held-out greedy accuracy."""
-    rows = [_arith_row(task, p) for p in task.train_prompts()]
-    cfg = SFTConfig(fraction, steps, lr, batch, seed, threads)
-    return sft_train(model_dir, task.tokenizer, rows, out_dir, task.heldout_accuracy, cfg)
 
 
 def _train(model_dir, tokenizer, rows: Sequence[Row], out_dir, evaluate, cfg: SFTConfig) -> dict:
@@ -163,12 +142,3 @@ def _pad_rows(rows: Sequence[Row], pad_id: int) -> tuple[torch.Tensor, torch.Ten
         mask[i, : len(seq)] = 1
         labels[i, len(p) : len(seq)] = seq[len(p) :]
     return ids, mask, labels
-
-
-def _arith_row(task: ArithTokens, prompt) -> Row:
-    return task.encode_prompt(prompt), task.encode_answer(prompt)
-
-
-def _tokenize(task: ArithTokens, pairs) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded ``<bos> a+b= answer <eos>`` rows of arith prompts (see ``_pad_rows``)."""
-    return _pad_rows([_arith_row(task, p) for p in pairs], task.pad_id)

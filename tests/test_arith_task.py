@@ -95,9 +95,9 @@ def test_heldout_accuracy_counts_exact_greedy_answers(task):
 
 
 def test_sft_rows_put_loss_on_the_answer_only(task):
-    from roles.sft import _tokenize
+    from examples.arith.prepare import tokenize
 
-    ids, mask, labels = _tokenize(task, [task.prompt((3, 15)), task.prompt((1, 2))])
+    ids, mask, labels = tokenize(task, [task.prompt((3, 15)), task.prompt((1, 2))])
     assert ids[0].tolist() == [1, 6, 13, 4, 8, 14, 4, 11, 2]  # <bos>3+15=18<eos>
     assert labels[0].tolist() == [-100] * 6 + [4, 11, 2]
     assert ids[1].tolist() == [1, 4, 13, 5, 14, 6, 2, 0, 0]  # <bos>1+2=3<eos> then right padding
@@ -109,7 +109,7 @@ def test_short_sft_runs_and_saves(tmp_path):
     """A cut-down warm start (the full one is calibrated offline): the loss falls, the result loads."""
     from transformers import AutoModelForCausalLM
 
-    from roles.sft import sft_warm_start
+    from examples.arith.prepare import sft_warm_start
 
     base = build_tiny_llama(tmp_path / "base", ALPHABET, **TINY.kwargs())
     task = ArithTokens(base)

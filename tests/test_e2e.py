@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from examples.arith import prepare as arith
 from launch import recipe
 
 REPO = Path(__file__).resolve().parent.parent
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.timeout(900)
 def sft_model(tmp_path_factory) -> Path:
     """The demo's warm-started tiny Llama, built once per test session."""
     root = tmp_path_factory.mktemp("arith")
-    recipe.prepare_model(root, seed=0)
+    arith.prepare_model(root, seed=0)
     return root / "sft"
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout, not installed
 
 from launch import config as config_lib  # noqa: E402
+from examples.arith import prepare as arith  # noqa: E402
 from launch import recipe  # noqa: E402
 
 
@@ -34,8 +35,8 @@ def main() -> None:
     t0 = time.perf_counter()
     models = Path("runs/arith")
     print("== building the tiny Llama and warm-starting it (SFT)", flush=True)
-    sft = recipe.prepare_model(models, seed=args.seed)
-    before = recipe.heldout_accuracy(models / "sft", seed=args.seed)
+    sft = arith.prepare_model(models, seed=args.seed)
+    before = arith.heldout_accuracy(models / "sft", seed=args.seed)
     print(f"   held-out accuracy after SFT: {before:.3f}", flush=True)
 
     base = config_lib.load(args.config)
@@ -54,7 +55,7 @@ def main() -> None:
     print(f"== RL: {cfg.run.steps} steps, {recipe.mode_name(cfg)}, {cfg.world.size} ranks "
           f"(mpirl run {cfg_path})", flush=True)
     job_s = recipe.run_job(cfg_path)
-    after = recipe.heldout_accuracy(out / "policy", seed=args.seed)
+    after = arith.heldout_accuracy(out / "policy", seed=args.seed)
     metrics = recipe.read_metrics(out)
     first = sum(m["reward_mean"] for m in metrics[:10]) / max(1, len(metrics[:10]))
     last = sum(m["reward_mean"] for m in metrics[-10:]) / max(1, len(metrics[-10:]))

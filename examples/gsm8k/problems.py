@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -40,8 +41,11 @@ LOSS_VERBS = ("gives away", "loses", "sells", "uses")  # "<name> loses 3 <object
 @dataclass(frozen=True)
 class ProblemConfig:
     train: int = 2000  # problems in the training split
-    test: int = 200  # problems in the held-out split (questions never seen in training)
-    max_number: int = 10  # largest operand of a sum or a difference (smallest is 1)
+    test: int = 500  # problems in the held-out split (questions never seen in training)
+    # Largest starting count and largest number added (smallest 1); a number taken away is
+    # always less than the count, so no answer is 0 or negative. Small numbers keep the sums
+    # within what a tiny model partly learns in a short warm start.
+    max_number: int = 10
     max_factor: int = 9  # largest factor of a product (smallest is 2): single-digit tables
     two_step_share: float = 0.5  # share of problems that take two steps rather than one
     seed: int = 0  # the same seed writes the same rows
@@ -64,6 +68,8 @@ class _Writer:
         name, they = self._pick(NAMES)
         friend = self._pick([n for n, _ in NAMES if n != name])
         obj = self._pick(OBJECTS)
+        # The kinds' shares are fixed: every kind shows up often enough in a few thousand rows
+        # for the model to learn its solution's shape.
         if self.rng.random() < self.cfg.two_step_share:
             if self.rng.random() < 0.25:
                 return self._together(name, friend, obj)
