@@ -212,12 +212,14 @@ def _nested_error(loc: tuple, message: str, value) -> ValidationError:
 def _task_section(value):
     """``task: {name: ..., <the task's own options>}`` validated by that task's Config."""
     from roles.plugins import PluginError
-    from roles.tasks import task_class
+    from roles.tasks import TASKS, task_class
 
-    value = {} if value is None else value
     if not isinstance(value, dict):
         raise ValueError(f"a mapping with the task's name and options, got {type(value).__name__}")
-    name = value.get("name", "arith")
+    if "name" not in value:
+        raise _nested_error(("name",), "required but missing (a built-in task: "
+                            f"{', '.join(sorted(TASKS))}; or package.module:Class)", value)
+    name = value["name"]
     if not isinstance(name, str):
         raise _nested_error(("name",), f"a task name is a string, got {name!r}", name)
     try:
@@ -337,8 +339,8 @@ class RoleMap(_Section):
     model: ModelSection
     rollout: RolloutSection = RolloutSection()
     algorithm: AlgorithmSection = AlgorithmSection()
-    # The prompt source (roles.tasks): its name and its own options. Default: the arith demo.
-    task: Any = None
+    # The prompt source (roles.tasks): its name and its own options.
+    task: Any
     reward: RewardSection = RewardSection()
     eval: EvalSection = EvalSection()
     weights: WeightsSection = WeightsSection()

@@ -41,6 +41,7 @@ def base_config(dummy_model) -> dict:
         {
             "world": {"controller": 1, "generator": 1, "reward": 1, "trainer": 1},
             "model": {"path": str(dummy_model), "dtype": "float32"},
+            "task": {"name": "arith"},
             "rollout": {"prompts_per_step": 4, "samples_per_prompt": 2, "max_new_tokens": 4},
             "algorithm": {"loss": "aipo", "rho": 4.0, "lr": 3.0e-5},
             "run": {"steps": 3, "max_staleness": 1, "seed": 0, "out": "runs/test"},

@@ -61,10 +61,17 @@ def bpe_config(base_config, tmp_path):
 # ----------------------------------------------------------------------------- task
 
 
-def test_the_default_task_is_arith_with_its_reward(base_config):
+def test_a_task_must_be_named_and_brings_its_reward(base_config):
     cfg = parse(base_config)
     assert cfg.task.name == "arith" and cfg.task.max_operand == 20
     assert [c.name for c in cfg.reward.components] == ["arith_exact"]
+    raw = copy.deepcopy(base_config)
+    del raw["task"]
+    with pytest.raises(config.ConfigError, match=r"task: required but missing"):
+        config.parse(raw)
+    refused(base_config, r"task\.name: required but missing \(a built-in task: arith, dataset, gsm8k, math",
+            task={"max_operand": 3})
+    refused(base_config, r"task: a mapping", task="gsm8k")
 
 
 def test_task_sections_are_checked_by_the_tasks_own_config(base_config, gsm8k_files):
@@ -138,9 +145,9 @@ def test_prompt_and_response_must_fit_the_models_context(base_config, dummy_mode
     assert parse(base_config).prompt_token_limit() == 64 - 4
     assert parse(base_config, eval={"max_new_tokens": 10}).prompt_token_limit() == 64 - 10
     refused(base_config, r"task\.max_prompt_tokens \(62\) \+ rollout\.max_new_tokens \(4\) exceeds .* 64",
-            task={"max_prompt_tokens": 62})
+            task={"name": "arith", "max_prompt_tokens": 62})
     refused(base_config, r"eval\.max_new_tokens \(64\) leaves no room", eval={"max_new_tokens": 64})
-    assert parse(base_config, task={"max_prompt_tokens": 60}).prompt_token_limit() == 60
+    assert parse(base_config, task={"name": "arith", "max_prompt_tokens": 60}).prompt_token_limit() == 60
 
 
 # ------------------------------------------------------------------------ the data

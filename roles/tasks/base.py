@@ -43,7 +43,7 @@ class Example:
 class TaskConfig(Section):
     """Options every task has: how its prompts become token ids."""
 
-    name: str = "arith"  # a built-in task (roles.tasks.TASKS) or "package.module:Class"
+    name: str  # a built-in task (roles.tasks.TASKS) or "package.module:Class"
     # Render prompts with the tokenizer's chat template (add_generation_prompt=True) when it
     # has one; false: the prompt text is encoded as is. Chat-message prompts need a template.
     chat_template: bool = True
