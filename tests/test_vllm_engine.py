@@ -142,6 +142,18 @@ def test_logprobs_match_trainer(engine, hf_model):
     assert diff.mean() < 1e-3, f"mean |vLLM - trainer| = {diff.mean():.2e} (max {diff.max():.2e})"
 
 
+def test_temperature_zero_is_greedy_like_the_torch_engine(engine, model_dir):
+    """Evaluation samples at temperature 0: vLLM and the torch engine pick the same tokens."""
+    from roles.engines.torch_engine import TorchEngine
+
+    prompts = _prompts([5, 9, 17], seed=3)
+    greedy = SamplingConfig(temperature=0.0, top_p=1.0, max_new_tokens=10, seed=1)
+    ours = TorchEngine(str(model_dir)).generate(prompts, 1, greedy)
+    out = engine.generate(prompts, n=2, sampling=greedy)
+    for mine, theirs in zip(ours, out):
+        assert all(np.array_equal(s.response_ids, mine[0].response_ids) for s in theirs)
+
+
 def test_logprobs_match_after_weight_update(engine, hf_model, model_dir):
     from transformers import AutoModelForCausalLM
 

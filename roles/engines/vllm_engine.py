@@ -110,6 +110,10 @@ class VllmEngine:
 
         if not prompts:
             return []
+        if sampling.temperature == 0 and n > 1:
+            # vLLM refuses n > 1 for greedy decoding; the n responses are the same one anyway.
+            once = self.generate(prompts, 1, sampling, ignore_eos)
+            return [[group[0]] * n for group in once]
         params = []
         for i in range(len(prompts)):
             params.append(

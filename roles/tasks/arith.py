@@ -61,6 +61,7 @@ class ArithTask(Task):
     """The a+b demo as a task: train pairs, and the held-out pairs as the eval split."""
 
     class Config(TaskConfig):
+        name: str = "arith"
         max_operand: int = Field(20, gt=1)  # a, b < max_operand
         heldout_fraction: float = Field(0.2, gt=0, lt=1)  # pairs kept out of training (the eval split)
 

@@ -43,7 +43,9 @@ class Example:
 class TaskConfig(Section):
     """Options every task has: how its prompts become token ids."""
 
-    name: str  # a built-in task (roles.tasks.TASKS) or "package.module:Class"
+    # A built-in task (roles.tasks.TASKS) or "package.module:Class". The role map must name it;
+    # a task's own Config defaults it to the task's name, for code that builds one directly.
+    name: str = ""
     # Render prompts with the tokenizer's chat template (add_generation_prompt=True) when it
     # has one; false: the prompt text is encoded as is. Chat-message prompts need a template.
     chat_template: bool = True
