@@ -52,6 +52,7 @@ class ControllerActor(Actor):
         # Per-step accumulators of the notices, merged into one metrics line per step.
         self.gen = collections.defaultdict(collections.Counter)
         self.scored = collections.defaultdict(collections.Counter)
+        self.components = collections.defaultdict(collections.Counter)  # per step: label -> sum
         self.out = Path(cfg.run.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.metrics_file = open(self.out / "metrics.jsonl", "w")
@@ -63,6 +64,7 @@ class ControllerActor(Actor):
         self.eval_file = open(self.out / "eval.jsonl", "w") if cfg.eval.enabled else None
         self.eval_rounds: dict[int, EvalRound] = {}  # in flight
         self.evals: list[dict] = []  # finished rounds' records
+        self.next_eval_round = 0
         self.next_eval_group = 0
         self.finishing = False  # the last step is done; waiting for the final eval
         if cfg.eval.enabled and not self.eval_prompts:
@@ -104,28 +106,28 @@ class ControllerActor(Actor):
         P = self.cfg.rollout.prompts_per_step
         ids = self._take(P)
         min_version = max(0, step - self.cfg.run.max_staleness)
-        for j, start in enumerate(range(0, P, self.batch_prompts)):
+        for start in range(0, P, self.batch_prompts):
             chunk = ids[start : start + self.batch_prompts]
-            batch = PromptBatch(
-                batch_id=self.next_batch_id,
-                step=step,
-                min_version=min_version,
-                example_ids=chunk,
-                group_ids=[step * P + start + i for i in range(len(chunk))],
-                prompts=[self.prompts[i] for i in chunk],
-                samples_per_prompt=self.cfg.rollout.samples_per_prompt,
-                seed=self.cfg.run.seed * 1_000_003 + self.next_batch_id,
-            )
-            # Round-robin over generators keeps them equally loaded for equal batches.
-            self.mailbox.send((self.generate_role, self.next_batch_id % self.n_generators), batch)
-            self.next_batch_id += 1
+            self._send_batch(step=step, min_version=min_version, example_ids=chunk,
+                             group_ids=[step * P + start + i for i in range(len(chunk))],
+                             prompts=[self.prompts[i] for i in chunk],
+                             samples_per_prompt=self.cfg.rollout.samples_per_prompt)
+
+    def _send_batch(self, **fields) -> None:
+        """Number a batch, seed it, and hand it to the next generator in turn."""
+        batch_id = self.next_batch_id
+        self.next_batch_id += 1
+        batch = PromptBatch(batch_id=batch_id, seed=self.cfg.run.seed * 1_000_003 + batch_id, **fields)
+        # Round-robin over generators keeps them equally loaded for equal batches.
+        self.mailbox.send((self.generate_role, batch_id % self.n_generators), batch)
 
     def _start_eval(self, version: int) -> None:
         """Send one eval round: greedy responses, and ``eval.samples`` sampled ones, per example."""
         ev = self.cfg.eval
         ids = list(self.eval_prompts)
-        rnd = EvalRound(round=len(self.evals) + len(self.eval_rounds), policy_version=version,
+        rnd = EvalRound(round=self.next_eval_round, policy_version=version,
                         step=len(self.history), example_ids=ids, samples=ev.samples)
+        self.next_eval_round += 1
         self.eval_rounds[rnd.round] = rnd
         passes = [(EVAL_GREEDY, 1, 0.0)] + ([(EVAL_SAMPLED, ev.samples, ev.temperature)] if ev.samples else [])
         for purpose, n, temperature in passes:
@@ -134,13 +136,10 @@ class ControllerActor(Actor):
                 # Negative group ids: never a training group's, and still spread over reward ranks.
                 groups = [-(self.next_eval_group + i + 1) for i in range(len(chunk))]
                 self.next_eval_group += len(chunk)
-                self.mailbox.send((self.generate_role, self.next_batch_id % self.n_generators), PromptBatch(
-                    batch_id=self.next_batch_id, step=rnd.step, min_version=version, example_ids=chunk,
-                    group_ids=groups, prompts=[self.eval_prompts[i] for i in chunk], samples_per_prompt=n,
-                    seed=self.cfg.run.seed * 1_000_003 + self.next_batch_id, purpose=purpose,
-                    eval_round=rnd.round, temperature=temperature, max_new_tokens=ev.max_new_tokens,
-                ))
-                self.next_batch_id += 1
+                self._send_batch(step=rnd.step, min_version=version, example_ids=chunk, group_ids=groups,
+                                 prompts=[self.eval_prompts[i] for i in chunk], samples_per_prompt=n,
+                                 purpose=purpose, eval_round=rnd.round, temperature=temperature,
+                                 max_new_tokens=ev.max_new_tokens)
 
     @handles(EvalScored)
     def on_eval_scored(self, env: Envelope) -> None:
@@ -190,8 +189,7 @@ class ControllerActor(Actor):
                     "zero_advantage_groups"):
             c[key] += getattr(m, key)
         c["length_max"] = max(c["length_max"], m.length_max)
-        for label, total in m.components.items():
-            c[f"component:{label}"] += total
+        self.components[m.step].update(m.components)
 
     @handles(StepDone)
     def on_step_done(self, env: Envelope) -> None:
@@ -204,7 +202,7 @@ class ControllerActor(Actor):
             "step": m.step,
             "policy_version": m.version,
             "reward_mean": m.metrics.get("reward_mean"),
-            **self._response_metrics(scored),
+            **self._response_metrics(scored, self.components.pop(m.step, {})),
             "loss": m.metrics.get("loss"),
             "tokens": int(m.metrics.get("tokens", 0)),
             "generation_s": gen.get("generate_s", 0.0),
@@ -251,15 +249,14 @@ class ControllerActor(Actor):
         self.stop("finished")
 
     @staticmethod
-    def _response_metrics(scored) -> dict:
+    def _response_metrics(scored, components) -> dict:
         """Per-step figures from the reward ranks' notices: correctness, components, lengths."""
         samples, groups = scored.get("samples", 0), scored.get("groups", 0)
         if not samples:
             return {"correct_mean": None, "reward_components": {}}
         return {
             "correct_mean": scored["correct_sum"] / samples,
-            "reward_components": {k.partition(":")[2]: v / samples for k, v in scored.items()
-                                  if k.startswith("component:")},
+            "reward_components": {label: total / samples for label, total in components.items()},
             "response_length_mean": scored["length_sum"] / samples,
             "response_length_max": int(scored["length_max"]),
             "response_clip_ratio": scored["clipped"] / samples,  # cut at max_new_tokens
