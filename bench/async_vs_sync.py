@@ -53,11 +53,11 @@ MODES = {
 
 
 def run_mode(name: str, model_dir: Path, out: Path, steps: int, seed: int) -> list[dict]:
-    overrides = recipe._merge(
+    overrides = recipe.merge_overrides(
         {"model": {"path": str(model_dir)}, "run": {"steps": steps, "seed": seed, "out": str(out / name), "progress": False}},
         json.loads(json.dumps(WORKLOAD)),
     )
-    overrides = recipe._merge(overrides, json.loads(json.dumps(MODES[name])))
+    overrides = recipe.merge_overrides(overrides, json.loads(json.dumps(MODES[name])))
     cfg = recipe.write_config(CONFIG, out / name, overrides)
     recipe.run_job(cfg, timeout_s=1800, quiet=True)
     return recipe.read_metrics(out / name)

@@ -128,7 +128,7 @@ def _runners(model_dir: Path, args):
         engines[name] = VllmEngine(
             VllmEngine.Config(
                 model=str(model_dir), max_num_seqs=args.batch, kv_cache_gib=0.5,
-                cpu_threads=args.threads, seed=args.seed, enforce_eager=eager,
+                cpu_threads=args.threads, seed=args.seed, compile=not eager,
             )
         )
         build_s[name] = time.perf_counter() - t0

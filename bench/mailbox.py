@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import numpy as np  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
-from runtime import Mailbox, Mesh  # noqa: E402
+from runtime import Mailbox, RoleTable  # noqa: E402
 from transports import codec  # noqa: E402
 
 PAYLOAD = bytes(range(64))  # the small message's bytes, the same for both contenders
@@ -155,7 +155,7 @@ class Box:
 
     def __init__(self, comm: MPI.Comm, large_bytes: int):
         self.comm = comm  # for the start barrier only
-        self.mb = Mailbox(Mesh(comm, ["a", "b"]))
+        self.mb = Mailbox(RoleTable(comm, ["a", "b"]))
         self.peer = ("b", 0) if comm.rank == 0 else ("a", 0)
         self.large = np.full(large_bytes, 7, np.uint8) if comm.rank == 0 else None
 

@@ -237,7 +237,7 @@ class Bench:
             out.update({"copy_mode_pack_post_s": round(max(post), 4),
                         "generator_stall_s": round(max(stall), 4),
                         "bytes_per_sync": recv_bytes, "bucket_mib": self.args.bucket_mib,
-                        "messages_per_trainer": len(plan.sends(0)), "reps": reps})
+                        "buckets_per_trainer": len(plan.sends(0)), "reps": reps})
         return out
 
     def timed(self, contenders, reps):

@@ -59,7 +59,7 @@ def _load_or_exit(path: str) -> config.RoleMap:
         return config.load(path)
     except config.ConfigError as e:
         print(f"mpirl: config error: {e}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(config.EXIT_CONFIG)
 
 
 def cmd_check(args) -> int:
@@ -73,7 +73,7 @@ def cmd_check(args) -> int:
             data = prepare_data(cfg)
         except config.ConfigError as e:
             print(f"mpirl: config error: {args.config}: {e}", file=sys.stderr)
-            return 2
+            return config.EXIT_CONFIG
     print(f"{args.config}: valid; {cfg.world.size} ranks")
     if data is not None:
         print(data.describe(cfg.task.name))

@@ -10,57 +10,55 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
+
+from roles.config.controller import ControllerConfig
+from roles.config.evaluation import EvalConfig
+from roles.config.reward import RewardConfig
+from roles.config.rollout import RolloutConfig
+from roles.config.trainer import TrainerConfig
+from roles.engines.base import EngineConfig
+from roles.models import ModelConfig
+from roles.section import Section
+from roles.tasks import task_section
+from roles.weights import WeightsConfig
+
+if TYPE_CHECKING:
+    from roles.protocol import Routes, Schedule
 
 # Ranks are handed out in this order; a role with 0 ranks takes none.
 ROLE_ORDER = ("controller", "generator", "colocated", "reward", "trainer")
+
+# The exit code of a job or a command stopped by a mistake in its input (before any work).
+EXIT_CONFIG = 2
 
 
 class ConfigError(ValueError):
     """An invalid role map; the message names the field and the problem."""
 
 
-class _Section(BaseModel):
-    # Unknown keys are errors (a typo must not silently fall back to a default). Strict types:
-    # `steps: true`, `steps: 2.5` or `ranks: "2"` are mistakes to name, not values to coerce
-    # (an int is still a valid float).
-    model_config = ConfigDict(extra="forbid", validate_default=True, strict=True)
-
-
 # ----------------------------------------------------------------------------- world
 
 
-class RoleGroup(_Section):
+class RoleGroup(Section):
     ranks: int = Field(1, gt=0)  # how many MPI ranks play this role
 
 
-class OptionalGroup(_Section):
+class OptionalGroup(Section):
     ranks: int = Field(0, ge=0)  # 0: the role is not used
 
 
-class GeneratorGroup(_Section):
+class GeneratorGroup(EngineConfig):
+    """``world.generator``: the generator ranks and the engine each of them drives."""
+
     ranks: int = Field(1, ge=0)  # generator ranks (0 only in colocated mode)
-    engine: Literal["torch", "vllm"] = "torch"  # torch: our KV-cache sampler; vllm: in-process vllm.LLM
-    tensor_parallel: int = Field(1, gt=0)  # devices one vLLM engine spans (GPU only)
-    gpu_memory_utilization: float = Field(0.5, gt=0, le=1)  # vLLM's share of device memory
     batch_prompts: int = Field(0, ge=0)  # prompts per generation batch; 0 = prompts_per_step / generators
-    # vLLM: torch.compile the model (and CUDA graphs on GPUs). None = on GPUs, off on CPU, where
-    # compiling costs about a minute at start-up (it then samples ~1.3x faster: bench/generation.py).
-    compile: bool | None = None
-
-    @model_validator(mode="after")
-    def _vllm_only_options(self) -> "GeneratorGroup":
-        if self.engine != "vllm":
-            for name in ("compile",):
-                if getattr(self, name) is not None:
-                    raise ValueError(f"{name} applies to engine: vllm only (engine is {self.engine!r})")
-        return self
 
 
-class TrainerGroup(_Section):
+class TrainerGroup(Section):
     ranks: int = Field(1, ge=0)  # trainer ranks (0 only in colocated mode); > 1 shards with FSDP2
 
 
@@ -71,7 +69,7 @@ def _shorthand(value):
     return value
 
 
-class World(_Section):
+class World(Section):
     controller: RoleGroup = RoleGroup()  # exactly one rank: it owns the loop and the data
     generator: GeneratorGroup = GeneratorGroup()
     reward: RoleGroup = RoleGroup()
@@ -110,15 +108,6 @@ class World(_Section):
     def colocated_mode(self) -> bool:
         return self.colocated.ranks > 0
 
-    @property
-    def train_role(self) -> str:
-        """The role whose ranks train (and receive scored rollouts)."""
-        return "colocated" if self.colocated_mode else "trainer"
-
-    @property
-    def generate_role(self) -> str:
-        return "colocated" if self.colocated_mode else "generator"
-
     def counts(self) -> dict[str, int]:
         """Ranks per role, for the roles that have any."""
         return {role: getattr(self, role).ranks for role in ROLE_ORDER if getattr(self, role).ranks}
@@ -134,219 +123,23 @@ class World(_Section):
 # ------------------------------------------------------------------------- sections
 
 
-class ModelSection(_Section):
-    path: str  # folder with a Hugging Face causal LM (config, safetensors, tokenizer)
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # parameter dtype everywhere
-
-    @field_validator("path")
-    @classmethod
-    def _exists(cls, v: str) -> str:
-        p = Path(v)
-        if not p.is_dir():
-            raise ValueError(f"no model folder at {v!r} (resolved to {p.resolve()})")
-        if not (p / "config.json").is_file():
-            raise ValueError(f"{v!r} has no config.json: not a Hugging Face model folder")
-        return v
-
-    def context_length(self) -> int | None:
-        """``max_position_embeddings`` of the model's config.json (None when it has none)."""
-        import json
-
-        try:
-            data = json.loads((Path(self.path) / "config.json").read_text())
-        except (OSError, ValueError):
-            return None
-        if isinstance(data.get("text_config"), dict):  # multimodal configs nest the LM's
-            data = {**data, **data["text_config"]}
-        n = data.get("max_position_embeddings")
-        return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+# Every other section belongs to the component that reads it: each declares its own Config
+# (roles.*), and the role map is composed of them under the same names.
 
 
-class RolloutSection(_Section):
-    prompts_per_step: int = Field(16, gt=0)  # prompt groups the trainer consumes per step
-    samples_per_prompt: int = Field(8, gt=0)  # group size n for the group baseline
-    max_new_tokens: int = Field(16, gt=0)  # response length cap
-    temperature: float = Field(1.0, gt=0)  # sampling temperature (the trainer uses the same)
-    top_p: float = Field(1.0, gt=0, le=1)  # nucleus mass; < 1 truncates the behaviour policy
-
-
-class AlgorithmSection(_Section):
-    loss: Literal["aipo", "grpo"] = "aipo"  # aipo: ratio clipped from above only (LlamaRL)
-    rho: float = Field(4.0, ge=1)  # AIPO's clip on the importance ratio; paper: 2..10
-    clip_eps: float = Field(0.2, gt=0, lt=1)  # GRPO's PPO clip range
-    # GRPO's weight of the k3 KL to the reference policy (the model.path weights, kept frozen on
-    # every training rank, sharded like the policy). 0 = no reference model is loaded.
-    kl_coef: float = Field(0.0, ge=0)
-    advantage: Literal["group_mean", "group_std", "leave_one_out"] = "group_mean"  # baseline
-    lr: float = Field(3.0e-5, gt=0)  # AdamW learning rate
-    weight_decay: float = Field(0.0, ge=0)
-    grad_clip: float = Field(1.0, ge=0)  # max gradient norm; 0 disables clipping
-    micro_batch: int = Field(64, gt=0)  # sequences per forward/backward (gradient accumulation)
-    # Leave out of the forward/backward the groups whose samples all scored the same: their
-    # advantages are 0, so the update is unchanged and their compute is saved. (Not with a KL
-    # term, which such samples still feed.)
-    skip_zero_advantage: bool = True
-
-    @model_validator(mode="after")
-    def _kl_with_grpo(self) -> "AlgorithmSection":
-        if self.kl_coef and self.loss != "grpo":
-            raise ValueError(
-                f"algorithm.kl_coef ({self.kl_coef}) applies to loss: grpo only (AIPO has no KL term); "
-                f"loss is {self.loss!r}"
-            )
-        return self
-
-
-# The task and reward sections belong to their components: each built-in or user task and
-# reward declares its own Config (roles.tasks / roles.rewards), and the role map validates the
-# section against that class, so a typo in a task option is named like any other field.
-
-
-def _nested_error(loc: tuple, message: str, value) -> ValidationError:
-    """A validation error at ``loc`` inside the field being validated (so it reads task.name: ...)."""
-    return ValidationError.from_exception_data(
-        "RoleMap", [{"type": "value_error", "loc": loc, "input": value, "ctx": {"error": ValueError(message)}}]
-    )
-
-
-def _task_section(value):
-    """``task: {name: ..., <the task's own options>}`` validated by that task's Config."""
-    from roles.plugins import PluginError
-    from roles.tasks import TASKS, task_class
-
-    if not isinstance(value, dict):
-        raise ValueError(f"a mapping with the task's name and options, got {type(value).__name__}")
-    if "name" not in value:
-        raise _nested_error(("name",), "required but missing (a built-in task: "
-                            f"{', '.join(sorted(TASKS))}; or package.module:Class)", value)
-    name = value["name"]
-    if not isinstance(name, str):
-        raise _nested_error(("name",), f"a task name is a string, got {name!r}", name)
-    try:
-        cls = task_class(name)
-    except PluginError as e:
-        raise _nested_error(("name",), str(e), name) from None
-    return cls.Config.model_validate(value)
-
-
-class RewardComponent(_Section):
-    """One scorer of a (possibly weighted) reward; its options are checked by its own Config."""
-
-    name: str  # a built-in (roles.rewards.REWARDS) or "package.module:function" / ":Class"
-    weight: float = 1.0  # the reward is the weighted sum of its components' scores
-    # The name it is logged under (default: the name, or for package.module:fn just fn); unique.
-    label: str | None = None
-    options: dict = {}  # the reward's own options (written beside name in the role map)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _options_beside_name(cls, value):
-        from roles.plugins import PluginError
-        from roles.rewards import options_class, reward_object
-
-        if isinstance(value, str):
-            value = {"name": value}
-        if not isinstance(value, dict) or not isinstance(value.get("name"), str):
-            return value  # pydantic names what is missing or mistyped
-        own = {"name", "weight", "label"}
-        options = {k: v for k, v in value.items() if k not in own}
-        try:
-            reward_object(value["name"])
-            schema = options_class(value["name"])
-        except PluginError as e:
-            raise _nested_error(("name",), str(e), value["name"]) from None
-        if schema is not None:
-            schema.model_validate(options)  # raises with each option's location
-        elif options:
-            raise _nested_error((sorted(options)[0],), f"reward {value['name']!r} takes no options "
-                                f"(got {', '.join(sorted(options))})", options)
-        return {**{k: v for k, v in value.items() if k in own}, "options": options}
-
-    @property
-    def logged_as(self) -> str:
-        return self.label or self.name.rpartition(":")[2]
-
-
-class RewardSection(_Section):
-    # What scores a response. Written as a name (reward: gsm8k), one component with its options
-    # (reward: {name: format, boxed: true}), or weighted components (a list, or components:).
-    # Empty: the task's default reward (gsm8k -> gsm8k, math -> math_verify).
-    components: list[RewardComponent] = []
-    # Seconds one response may take to score (all components); past it the scorer's process is
-    # killed and the response scores 0 (counted in verifier_timeouts). Holds even inside C code.
-    timeout_s: float = Field(5.0, gt=0)
-    workers: int = Field(1, gt=0)  # scorer processes per reward rank (give a rank as many cores)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _shorthand(cls, value):
-        if value is None:
-            return {}
-        if isinstance(value, (str, list)):
-            return {"components": value if isinstance(value, list) else [value]}
-        if isinstance(value, dict) and "name" in value:
-            section = {k: value[k] for k in ("timeout_s", "workers") if k in value}
-            return {**section, "components": [{k: v for k, v in value.items() if k not in section}]}
-        return value
-
-    @field_validator("components")
-    @classmethod
-    def _unique_labels(cls, v: list[RewardComponent]) -> list[RewardComponent]:
-        seen = [c.logged_as for c in v]
-        for label in seen:
-            if "/" in label or label in ("correct", "score"):
-                raise ValueError(f"a component cannot be logged as {label!r} (no '/', and 'correct' and "
-                                 "'score' are the reward's own keys): give it another label")
-            if seen.count(label) > 1:
-                raise ValueError(f"two components are logged as {label!r}: give one a label")
-        return v
-
-
-class EvalSection(_Section):
-    # Evaluate the newest policy on the task's eval split every this many steps (0: never
-    # during training). Eval prompts go through the same generators and reward ranks, tagged
-    # so no trainer sees them; a run with eval also evaluates its final policy.
-    every_steps: int = Field(0, ge=0)
-    before_training: bool = False  # also evaluate the starting policy (version 0)
-    examples: int | None = Field(None, gt=0)  # the first N eval examples (None: all of them)
-    # Greedy decoding always gives pass@1; samples: k also draws k responses per example at
-    # `temperature` for mean@k and pass@k (unbiased estimator).
-    samples: int = Field(0, ge=0)
-    temperature: float = Field(1.0, gt=0)
-    max_new_tokens: int | None = Field(None, gt=0)  # None: rollout.max_new_tokens
-
-    @property
-    def enabled(self) -> bool:
-        return self.every_steps > 0 or self.before_training
-
-
-class WeightsSection(_Section):
-    transport: Literal["torch", "mpi"] = "torch"  # torch.distributed (gloo/NCCL) or MPI buffers
-    bucket_mb: int = Field(64, gt=0)  # flat buffer size for bucketed point-to-point sends
-
-
-class RunSection(_Section):
-    steps: int = Field(gt=0)  # trainer steps before the controller stops the job
-    max_staleness: int = Field(1, ge=0)  # 0 = on-policy; k = generate with weights <= k versions old
-    seed: int = 0
-    out: str = "runs/default"  # metrics.jsonl, summary.json, traces go here
-    progress: bool = True  # progress bar on the controller's terminal
-    timeout_s: float = Field(3600.0, gt=0)  # a step that makes no progress this long aborts the job
-
-
-class RoleMap(_Section):
+class RoleMap(Section):
     world: World = World()
-    model: ModelSection
-    rollout: RolloutSection = RolloutSection()
-    algorithm: AlgorithmSection = AlgorithmSection()
-    # The prompt source (roles.tasks): its name and its own options.
+    model: ModelConfig
+    rollout: RolloutConfig = RolloutConfig()
+    algorithm: TrainerConfig = TrainerConfig()
+    # The prompt source (roles.tasks): its name and its own options, checked by its Config.
     task: Any
-    reward: RewardSection = RewardSection()
-    eval: EvalSection = EvalSection()
-    weights: WeightsSection = WeightsSection()
-    run: RunSection
+    reward: RewardConfig = RewardConfig()
+    eval: EvalConfig = EvalConfig()
+    weights: WeightsConfig = WeightsConfig()
+    run: ControllerConfig
 
-    _task = field_validator("task", mode="before")(lambda cls, v: _task_section(v))
+    _task = field_validator("task", mode="before")(lambda cls, v: task_section(v))
 
     @model_validator(mode="after")
     def _reward_of_the_task(self) -> "RoleMap":
@@ -357,7 +150,7 @@ class RoleMap(_Section):
             if default is None:
                 raise ValueError(f"reward: task {self.task.name!r} has no default reward; name one "
                                  "(reward: {name: exact}, or package.module:function)")
-            self.reward = RewardSection.model_validate(
+            self.reward = RewardConfig.model_validate(
                 {"components": [default], "timeout_s": self.reward.timeout_s, "workers": self.reward.workers})
         return self
 
@@ -407,10 +200,26 @@ class RoleMap(_Section):
             )
         return self
 
+    # What the actors receive besides their own section: derived here, in one place.
+
+    # roles.protocol is imported here, not at the top: it brings torch (the codec) and MPI.
+
+    def routes(self) -> Routes:
+        """Who talks to whom: ranks per part of the step (``roles.protocol.Routes``)."""
+        from roles.protocol import Routes
+
+        return Routes.of(self.world.counts())
+
+    def schedule(self) -> Schedule:
+        """Which version samples each step, and which versions the trainers push."""
+        from roles.protocol import Schedule
+
+        return Schedule.of(self.run, self.eval)
+
     def generator_batch_prompts(self) -> int:
-        g = self.world.generator
-        n = self.world.colocated.ranks or g.ranks
-        return g.batch_prompts or max(1, -(-self.rollout.prompts_per_step // n))
+        from roles.protocol import batch_prompts
+
+        return batch_prompts(self.rollout, self.routes().generators, self.world.generator.batch_prompts)
 
 
 # ------------------------------------------------------------------------- loading

@@ -1,9 +1,17 @@
-"""Build and run the actor of this rank: distributed setup in one place.
+"""Build and run the actor of this rank.
 
-Order matters and is the same on every rank: mesh (splits COMM_WORLD), mailbox (dups it),
-torch.distributed (collective), the weight group (collective), then each rank builds its
-own role. Collectives come before any role-specific work so no rank can wait on one that
-is still loading a model.
+The order is fixed and the same on every rank (``setup_distributed`` does its collective part):
+
+1. the role table (splits COMM_WORLD into one communicator per role),
+2. the mailbox (duplicates COMM_WORLD for its messages),
+3. torch.distributed over the same ranks, and the training ranks' group (collective),
+4. the policy, loaded and sharded on the training ranks (collective over their group),
+5. the weight transport between trainers and generators (collective over the job),
+6. this rank's actor, from its own sections of the role map and the routes.
+
+Collectives come before any role-specific work, so no rank can wait in one on a rank that is
+still loading a model. Each actor receives only the sections it reads, plus ``Routes``
+(who its reward ranks, trainers and generators are) and ``Schedule`` (the version rules).
 """
 
 from __future__ import annotations
@@ -11,13 +19,36 @@ from __future__ import annotations
 import os
 import random
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from mpi4py import MPI
 
 from launch.config import RoleMap
-from runtime import Mailbox, Mesh, abort_on_error
+from runtime import Mailbox, RoleTable, abort_on_error
+
+
+@dataclass
+class Distributed:
+    """What every rank holds once the collective set-up is done."""
+
+    role_table: RoleTable
+    mailbox: Mailbox
+    train_group: object  # torch process group of the training ranks (None if just one)
+
+
+def setup_distributed(comm: MPI.Comm, roles_by_rank: list[str], train_role: str) -> Distributed:
+    """Steps 1-3 above. Collective over ``comm``: every rank calls it, in this order."""
+    from transports.torch_dist import init_torch_distributed, new_group
+
+    table = RoleTable(comm, roles_by_rank)
+    mailbox = Mailbox(table)
+    init_torch_distributed(comm)
+    train_ranks = table.ranks(train_role)
+    # new_group is collective over the whole torch world, members or not.
+    group = new_group(train_ranks) if len(train_ranks) > 1 else None
+    return Distributed(table, mailbox, group if table.role == train_role else None)
 
 
 def seed_everything(seed: int) -> None:
@@ -33,75 +64,111 @@ def run_rank(cfg: RoleMap, config_path: str, data=None) -> None:
     role = roles[world.Get_rank()]
     with abort_on_error(role):
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
-        mesh = Mesh(world, roles)
-        mailbox = Mailbox(mesh)
-        seed_everything(cfg.run.seed + 1000 * mesh.rank)
-        actor = build_actor(cfg, mesh, mailbox, data)
+        dist = setup_distributed(world, roles, cfg.routes().train_role)
+        seed_everything(cfg.run.seed + 1000 * dist.role_table.rank)
+        actor = build_actor(cfg, dist, data)
         t0 = time.perf_counter()
         actor.run()
         actor.spans.write(cfg.run.out)
-        if mesh.rank == 0:
+        if dist.role_table.rank == 0:
             print(f"mpirl: {role} finished ({actor.stop_reason}) in {time.perf_counter() - t0:.1f} s", flush=True)
     # Every rank returns here; mpi4py finalizes MPI at interpreter exit.
 
 
-def build_actor(cfg: RoleMap, mesh: Mesh, mailbox: Mailbox, data=None):
-    from roles.weights import WeightPath
+def build_actor(cfg: RoleMap, dist: Distributed, data=None):
+    """Steps 4-6 above."""
+    from roles.weights import build_weight_transport
 
-    # The weight path spans trainers and generators; it is collective, so every rank
-    # (controller and reward ranks too) takes part in building it.
-    weights = WeightPath.build(cfg, mesh)
+    table = dist.role_table
+    routes, schedule = cfg.routes(), cfg.schedule()
+    policy = None
+    if table.role == routes.train_role:
+        from roles.policy import load_policy
 
-    if mesh.role == "controller":
-        from launch.data import prepare_data
-        from roles.controller import ControllerActor
+        policy = load_policy(cfg.model, dist.train_group, shard=table.role == "trainer" and dist.train_group is not None,
+                             reference=cfg.algorithm.kl_coef > 0)
+    # The transport is collective over the job; only trainers and generators take part.
+    transport = build_weight_transport(
+        cfg.weights, table.comm,
+        shards=policy.local_params() if table.role == "trainer" else None,
+        need=_generator_need() if table.role == "generator" else None,
+    )
+    build = _BUILDERS.get(table.role)
+    if build is None:
+        raise ValueError(f"unknown role {table.role!r}")
+    return build(cfg, dist, routes, schedule, policy, transport, data)
 
-        data = data if data is not None else prepare_data(cfg)
-        progress = None
-        if cfg.run.progress:
-            from tqdm import tqdm
 
-            progress = tqdm(total=cfg.run.steps, desc="mpirl steps", unit="step", dynamic_ncols=True)
-        return ControllerActor(mailbox, cfg, data.train_prompts, progress=progress,
-                               eval_prompts=data.eval_prompts, data_stats=data.stats)
+def _generator_need():
+    from transports.weights import Need
 
-    if mesh.role == "generator":
-        from roles.engines import make_engine
-        from roles.generator import GeneratorActor
+    return Need()  # full weights: a vLLM engine splits them over its own devices itself
 
-        engine = make_engine(cfg, seed=cfg.run.seed + mesh.index)
-        return GeneratorActor(mailbox, cfg, engine, weights.transport)
 
-    if mesh.role == "reward":
-        from transformers import AutoTokenizer
+def _controller(cfg, dist, routes, schedule, policy, transport, data):
+    from launch.data import prepare_data
+    from roles.controller import ControllerActor
 
-        from roles.reward import RewardActor
-        from roles.rewards.combine import ComponentSpec
-        from roles.rewards.sandbox import RewardSandbox
-        from roles.tasks import build_task
+    data = data if data is not None else prepare_data(cfg)
+    progress = None
+    if cfg.run.progress:
+        from tqdm import tqdm
 
-        # The same task as the controller's (same config, same seed): answers are found by id.
-        task = build_task(cfg.task, seed=cfg.run.seed)
-        specs = [ComponentSpec(label=c.logged_as, name=c.name, weight=c.weight, options=c.options)
-                 for c in cfg.reward.components]
-        scorer = RewardSandbox(specs, cfg.reward.timeout_s, workers=cfg.reward.workers)
-        return RewardActor(mailbox, cfg, AutoTokenizer.from_pretrained(cfg.model.path), task, scorer)
+        progress = tqdm(total=cfg.run.steps, desc="mpirl steps", unit="step", dynamic_ncols=True)
+    return ControllerActor(dist.mailbox, cfg.run, rollout=cfg.rollout, evaluation=cfg.eval, routes=routes,
+                           prompts=data.train_prompts, eval_prompts=data.eval_prompts, data_stats=data.stats,
+                           batch_prompts=cfg.world.generator.batch_prompts, progress=progress)
 
-    policy = weights.policy
-    save = lambda actor: policy.save(os.path.join(cfg.run.out, "policy"), is_leader=mesh.index == 0)  # noqa: E731
 
-    if mesh.role == "trainer":
-        from roles.trainer import TrainerActor
+def _engine(cfg, dist, module=None):
+    from roles.engines import make_engine
 
-        return TrainerActor(mailbox, cfg, policy, weights.transport, dp_group=weights.trainer_group, on_finish=save)
+    return make_engine(cfg.world.generator, cfg.model, seed=cfg.run.seed + dist.role_table.index, module=module,
+                       max_seqs=cfg.generator_batch_prompts() * cfg.rollout.samples_per_prompt)
 
-    if mesh.role == "colocated":
-        from roles.colocated import ColocatedActor, LocalEngineSync
-        from roles.engines import make_engine
 
-        # The torch engine samples with the trained module itself; vLLM needs a reload.
-        engine = make_engine(cfg, seed=cfg.run.seed + mesh.index, model=policy.model)
-        sync = LocalEngineSync(engine, shares_module=cfg.world.generator.engine == "torch")
-        return ColocatedActor(mailbox, cfg, policy, engine, sync, dp_group=weights.trainer_group, on_finish=save)
+def _generator(cfg, dist, routes, schedule, policy, transport, data):
+    from roles.generator import GeneratorActor
 
-    raise ValueError(f"unknown role {mesh.role!r}")
+    return GeneratorActor(dist.mailbox, cfg.rollout, schedule=schedule, routes=routes, engine=_engine(cfg, dist),
+                          receiver=transport)
+
+
+def _reward(cfg, dist, routes, schedule, policy, transport, data):
+    from transformers import AutoTokenizer
+
+    from roles.reward import RewardActor
+    from roles.rewards.sandbox import RewardSandbox
+    from roles.tasks import build_task
+
+    # The same task as the controller's (same config, same seed): answers are found by id.
+    task = build_task(cfg.task, seed=cfg.run.seed)
+    scorer = RewardSandbox(cfg.reward.component_specs(), cfg.reward.timeout_s, workers=cfg.reward.workers)
+    return RewardActor(dist.mailbox, routes, AutoTokenizer.from_pretrained(cfg.model.path), task, scorer)
+
+
+def _save_policy(cfg, dist, policy):
+    return lambda actor: policy.save(os.path.join(cfg.run.out, "policy"), is_leader=dist.role_table.index == 0)
+
+
+def _trainer(cfg, dist, routes, schedule, policy, transport, data):
+    from roles.trainer import TrainerActor
+
+    return TrainerActor(dist.mailbox, cfg.algorithm, rollout=cfg.rollout, schedule=schedule, routes=routes,
+                        policy=policy, sender=transport, dp_group=dist.train_group,
+                        on_finish=_save_policy(cfg, dist, policy))
+
+
+def _colocated(cfg, dist, routes, schedule, policy, transport, data):
+    from roles.colocated import ColocatedActor, LocalEngineSync
+
+    # The torch engine samples with the trained module itself; vLLM needs a reload.
+    engine = _engine(cfg, dist, module=policy.model)
+    sync = LocalEngineSync(engine, shares_module=cfg.world.generator.engine == "torch")
+    return ColocatedActor(dist.mailbox, cfg.algorithm, rollout=cfg.rollout, schedule=schedule, routes=routes,
+                          policy=policy, engine=engine, weight_sync=sync, dp_group=dist.train_group,
+                          on_finish=_save_policy(cfg, dist, policy))
+
+
+_BUILDERS = {"controller": _controller, "generator": _generator, "reward": _reward, "trainer": _trainer,
+             "colocated": _colocated}

@@ -19,8 +19,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 from mpi4py import MPI  # noqa: E402
 
 from launch import config  # noqa: E402
-
-EXIT_CONFIG = 2
+from launch.config import EXIT_CONFIG  # noqa: E402
 
 
 def _fail_config(message: str) -> None:
@@ -66,6 +65,6 @@ def main(argv: list[str] | None = None) -> None:
             print(f"mpirl: {message}", file=sys.stderr, flush=True)
         sys.exit(code)
 
-    from launch.job import run_rank  # heavy imports (torch) only once the config is sound
+    from launch.job import run_rank
 
     run_rank(cfg, args.config, data)

@@ -20,10 +20,11 @@ import yaml
 from launch import config as config_lib
 from launch.cli import mpiexec_command
 
+
 def write_config(base_config: str | Path, out_dir: str | Path, overrides: dict) -> Path:
     """A copy of ``base_config`` with ``overrides`` (``{"run": {"steps": 5}}``) merged in."""
     data = config_lib.load_yaml(Path(base_config).read_text())
-    merged = _merge(copy.deepcopy(data), overrides)
+    merged = merge_overrides(copy.deepcopy(data), overrides)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "config.yaml"
@@ -32,10 +33,11 @@ def write_config(base_config: str | Path, out_dir: str | Path, overrides: dict) 
     return path
 
 
-def _merge(base: dict, extra: dict) -> dict:
+def merge_overrides(base: dict, extra: dict) -> dict:
+    """``extra`` merged into ``base`` in place, nested mappings key by key (``base`` is returned)."""
     for k, v in extra.items():
         if isinstance(v, dict) and isinstance(base.get(k), dict):
-            _merge(base[k], v)
+            merge_overrides(base[k], v)
         else:
             base[k] = v
     return base

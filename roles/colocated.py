@@ -12,8 +12,8 @@ from __future__ import annotations
 import collections
 import time
 
-from roles.generator import publish_groups, sampling_for
-from roles.messages import BatchDone, PromptBatch
+from roles.generator import generate_batch, publish_batch
+from roles.protocol import PromptBatch
 from roles.trainer import TrainerActor
 from runtime import Envelope, handles
 
@@ -43,12 +43,13 @@ class LocalEngineSync:
 
 
 class ColocatedActor(TrainerActor):
-    def __init__(self, mailbox, cfg, policy, engine, weight_sync, dp_group=None, on_finish=None):
-        super().__init__(mailbox, cfg, policy, weight_sync, dp_group=dp_group, on_finish=on_finish,
-                         allreduce_grads=True)
+    def __init__(self, mailbox, config: TrainerActor.Config, *, rollout, schedule, routes, policy, engine,
+                 weight_sync, dp_group=None, on_finish=None):
+        super().__init__(mailbox, config, rollout=rollout, schedule=schedule, routes=routes, policy=policy,
+                         sender=weight_sync, dp_group=dp_group, on_finish=on_finish, allreduce_grads=True)
+        self.rollout = rollout
         self.engine = engine
         self.queue: collections.deque[PromptBatch] = collections.deque()
-        self.n_reward = cfg.world.reward.ranks
 
     @handles(PromptBatch)
     def on_batch(self, env: Envelope) -> None:
@@ -61,15 +62,7 @@ class ColocatedActor(TrainerActor):
         return super().step()  # trains once this rank's groups of the step are all back
 
     def _generate(self, batch: PromptBatch) -> None:
-        sampling = sampling_for(batch, self.cfg.rollout)
         self.model.eval()
-        t0 = time.perf_counter()
-        with self.spans.span("generate"):
-            groups = self.engine.generate(batch.prompts, batch.samples_per_prompt, sampling)
-        generate_s = time.perf_counter() - t0
-        tokens = publish_groups(self.mailbox, batch, groups, self.version, generate_s, self.n_reward)
-        self.mailbox.send(("controller", 0), BatchDone(
-            batch_id=batch.batch_id, step=batch.step, groups=len(groups), tokens=tokens,
-            policy_version=self.version, generate_s=generate_s, wait_s=0.0,
-            weight_load_s=self.sender.last_s, weight_syncs=0, eval_round=batch.eval_round,
-        ))
+        groups, generate_s = generate_batch(self.engine, batch, self.rollout, self.spans)
+        publish_batch(self.mailbox, self.routes, batch, groups, self.version, generate_s,
+                      weight_load_s=self.sender.last_s)

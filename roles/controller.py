@@ -22,38 +22,47 @@ from pathlib import Path
 
 import numpy as np
 
-from roles.evaluation import EvalRound
-from roles.messages import (EVAL_GREEDY, EVAL_SAMPLED, BatchDone, EvalScored, FinalVersion, PromptBatch,
-                            Scored, StepDone)
-from runtime import Actor, Envelope, Stop, handles
+from roles import protocol
+from roles.config.controller import ControllerConfig
+from roles.evaluation import EvalConfig, EvalRound
+from roles.protocol import (EVAL_GREEDY, EVAL_SAMPLED, BatchDone, EvalScored, PromptBatch, RolloutConfig,
+                            Routes, Schedule, Scored, StepDone)
+from runtime import Actor, Envelope, handles
 
 
 class ControllerActor(Actor):
-    def __init__(self, mailbox, cfg, prompts: dict[int, np.ndarray], progress=None,
-                 eval_prompts: dict[int, np.ndarray] | None = None, data_stats: dict | None = None):
+    Config = ControllerConfig  # the role map's run: section
+
+    def __init__(self, mailbox, config: "ControllerActor.Config", *, rollout: RolloutConfig,
+                 evaluation: EvalConfig, routes: Routes, prompts: dict[int, np.ndarray],
+                 eval_prompts: dict[int, np.ndarray] | None = None, data_stats: dict | None = None,
+                 batch_prompts: int = 0, progress=None):
         """``prompts`` maps each training example's id to its prompt token ids; ``eval_prompts``
         the same for the examples an eval round sends (in order). ``data_stats``: counts of
-        the data as prepared (examples, prompts left out for length), logged with each step."""
+        the data as prepared (examples, prompts left out for length), logged with each step.
+        ``batch_prompts``: prompts per generation batch (0: an equal share of a step per generator)."""
         super().__init__(mailbox)
-        self.cfg = cfg
+        self.config = config
+        self.rollout = rollout
+        self.evaluation = evaluation
+        self.routes = routes
+        self.schedule = Schedule.of(config, evaluation)
         self.prompts = prompts
         self.prompt_keys = sorted(prompts)
         self.eval_prompts = eval_prompts or {}
         self.data_stats = dict(data_stats or {})
-        self.rng = np.random.default_rng(cfg.run.seed)
+        self.rng = np.random.default_rng(config.seed)
         self.order = self._epoch_order()
         self.cursor = 0  # position in the current epoch's order (part of the data position)
         self.trainer_version = 0
         self.next_step_to_send = 0
         self.next_batch_id = 0
-        self.generate_role = cfg.world.generate_role  # "generator", or "colocated"
-        self.n_generators = cfg.world.counts()[self.generate_role]
-        self.batch_prompts = cfg.generator_batch_prompts()
+        self.batch_prompts = protocol.batch_prompts(rollout, routes.generators, batch_prompts)
         # Per-step accumulators of the notices, merged into one metrics line per step.
         self.gen = collections.defaultdict(collections.Counter)
         self.scored = collections.defaultdict(collections.Counter)
         self.components = collections.defaultdict(collections.Counter)  # per step: label -> sum
-        self.out = Path(cfg.run.out)
+        self.out = Path(config.out)
         self.out.mkdir(parents=True, exist_ok=True)
         self.metrics_file = open(self.out / "metrics.jsonl", "w")
         self.t_start = time.perf_counter()
@@ -61,23 +70,23 @@ class ControllerActor(Actor):
         self.progress = progress
         self.history: list[dict] = []
         self.last_pushed = 0  # newest weight version the trainer has sent to generators
-        self.eval_file = open(self.out / "eval.jsonl", "w") if cfg.eval.enabled else None
+        self.eval_file = open(self.out / "eval.jsonl", "w") if evaluation.enabled else None
         self.eval_rounds: dict[int, EvalRound] = {}  # in flight
         self.evals: list[dict] = []  # finished rounds' records
         self.next_eval_round = 0
         self.next_eval_group = 0
         self.finishing = False  # the last step is done; waiting for the final eval
-        if cfg.eval.enabled and not self.eval_prompts:
+        if evaluation.enabled and not self.eval_prompts:
             raise ValueError("eval is set but there are no eval prompts (the task's eval split is empty)")
-        if cfg.eval.before_training:
+        if evaluation.before_training:
             self._start_eval(version=0)  # first, so the generators sample it with version 0
         self._fill()
 
     def step(self) -> bool:
         # Watchdog: a job that makes no progress must end, not sit on the allocation.
-        if time.perf_counter() - self.t_last_step > self.cfg.run.timeout_s:
+        if time.perf_counter() - self.t_last_step > self.config.timeout_s:
             raise TimeoutError(
-                f"no trainer step finished for {self.cfg.run.timeout_s:.0f} s "
+                f"no trainer step finished for {self.config.timeout_s:.0f} s "
                 f"(waiting for step {len(self.history)}; run.timeout_s)"
             )
         return False
@@ -96,34 +105,31 @@ class ControllerActor(Actor):
         return ids
 
     def _fill(self) -> None:
-        """Send every step whose required policy version already exists."""
-        k = self.cfg.run.max_staleness
-        while self.next_step_to_send < self.cfg.run.steps and self.trainer_version >= self.next_step_to_send - k:
+        """Send every step whose required policy version already exists (the staleness gate)."""
+        while self.schedule.can_send(self.next_step_to_send, self.trainer_version):
             self._send_step(self.next_step_to_send)
             self.next_step_to_send += 1
 
     def _send_step(self, step: int) -> None:
-        P = self.cfg.rollout.prompts_per_step
+        P = self.rollout.prompts_per_step
         ids = self._take(P)
-        min_version = max(0, step - self.cfg.run.max_staleness)
         for start in range(0, P, self.batch_prompts):
             chunk = ids[start : start + self.batch_prompts]
-            self._send_batch(step=step, min_version=min_version, example_ids=chunk,
-                             group_ids=[step * P + start + i for i in range(len(chunk))],
+            self._send_batch(step=step, min_version=self.schedule.min_version(step), example_ids=chunk,
+                             group_ids=protocol.group_ids(step, start, len(chunk), P),
                              prompts=[self.prompts[i] for i in chunk],
-                             samples_per_prompt=self.cfg.rollout.samples_per_prompt)
+                             samples_per_prompt=self.rollout.samples_per_prompt)
 
     def _send_batch(self, **fields) -> None:
-        """Number a batch, seed it, and hand it to the next generator in turn."""
+        """Number a batch, seed it, and hand it to its generator."""
         batch_id = self.next_batch_id
         self.next_batch_id += 1
-        batch = PromptBatch(batch_id=batch_id, seed=self.cfg.run.seed * 1_000_003 + batch_id, **fields)
-        # Round-robin over generators keeps them equally loaded for equal batches.
-        self.mailbox.send((self.generate_role, batch_id % self.n_generators), batch)
+        batch = PromptBatch(batch_id=batch_id, seed=protocol.batch_seed(self.config.seed, batch_id), **fields)
+        self.mailbox.send(self.routes.generator_for(batch_id), batch)
 
     def _start_eval(self, version: int) -> None:
         """Send one eval round: greedy responses, and ``eval.samples`` sampled ones, per example."""
-        ev = self.cfg.eval
+        ev = self.evaluation
         ids = list(self.eval_prompts)
         rnd = EvalRound(round=self.next_eval_round, policy_version=version,
                         step=len(self.history), example_ids=ids, samples=ev.samples)
@@ -133,8 +139,7 @@ class ControllerActor(Actor):
         for purpose, n, temperature in passes:
             for start in range(0, len(ids), self.batch_prompts):
                 chunk = ids[start : start + self.batch_prompts]
-                # Negative group ids: never a training group's, and still spread over reward ranks.
-                groups = [-(self.next_eval_group + i + 1) for i in range(len(chunk))]
+                groups = protocol.eval_group_ids(self.next_eval_group, len(chunk))
                 self.next_eval_group += len(chunk)
                 self._send_batch(step=rnd.step, min_version=version, example_ids=chunk, group_ids=groups,
                                  prompts=[self.eval_prompts[i] for i in chunk], samples_per_prompt=n,
@@ -227,25 +232,23 @@ class ControllerActor(Actor):
         if self.progress is not None:
             self.progress.update(1)
             self.progress.set_postfix(reward=f"{record['reward_mean']:.3f}", v=m.version)
-        if m.step + 1 >= self.cfg.run.steps:
-            if self.cfg.eval.enabled:
+        if m.step + 1 >= self.schedule.steps:
+            if self.evaluation.enabled:
                 self._start_eval(version=m.version)  # the final policy (trainers pushed it)
                 self.finishing = True
             else:
                 self._finish()
             return
-        every = self.cfg.eval.every_steps
+        every = self.evaluation.every_steps
         if every and m.version % every == 0:
             self._start_eval(version=m.version)
         self._fill()
 
     def _finish(self) -> None:
-        # Generators must take in every version the trainer pushed before they leave,
-        # or the trainer's last sends would never complete.
-        if self.generate_role == "generator":
-            self.mailbox.send_role("generator", FinalVersion(version=self.last_pushed))
         self.write_summary()
-        self.mailbox.send_all(Stop("finished"))
+        # Generators must take in every version the trainer pushed before they leave, or the
+        # trainer's last sends would never complete: the protocol's stop sequence.
+        protocol.stop_everyone(self.mailbox, self.routes, final_version=self.last_pushed)
         self.stop("finished")
 
     @staticmethod
@@ -294,14 +297,13 @@ class ControllerActor(Actor):
         """
         if step_s <= 0:
             return {}
-        counts = self.cfg.world.counts()
+        r = self.routes
         train_s = (trainer.get("train_s") or 0.0) + (trainer.get("weight_send_s") or 0.0)
         busy = {
-            self.generate_role: (gen.get("generate_s", 0.0) + gen.get("weight_load_s", 0.0))
-            / (counts[self.generate_role] * step_s),
-            "reward": scored.get("score_s", 0.0) / (counts["reward"] * step_s),
+            r.generate_role: (gen.get("generate_s", 0.0) + gen.get("weight_load_s", 0.0)) / (r.generators * step_s),
+            "reward": scored.get("score_s", 0.0) / (r.rewards * step_s),
         }
-        busy[self.cfg.world.train_role] = busy.get(self.cfg.world.train_role, 0.0) + train_s / step_s
+        busy[r.train_role] = busy.get(r.train_role, 0.0) + train_s / step_s
         return {k: round(v, 4) for k, v in busy.items()}
 
     def on_stop(self, reason: str) -> None:

@@ -16,16 +16,26 @@ import time
 import numpy as np
 
 from roles.engines.base import SamplingConfig
-from roles.messages import BatchDone, FinalVersion, PromptBatch, Rollout, WeightsPushed
-from roles.weights import last_pushed_version
-from runtime import Actor, Envelope, handles
+from roles.protocol import (CONTROLLER, BatchDone, FinalVersion, PromptBatch, Rollout, RolloutConfig, Routes,
+                            Schedule, WeightsPushed)
+from runtime import Actor, Backoff, Envelope, handles
 
 
-def publish_groups(mailbox, batch: PromptBatch, groups, version: int, generate_s: float, n_reward: int) -> int:
-    """Send each sampled group of ``batch`` to its reward rank; return the tokens generated."""
+def generate_batch(engine, batch: PromptBatch, rollout: RolloutConfig, spans) -> tuple[list, float]:
+    """Sample ``batch`` with ``engine`` under its sampling settings; (groups, seconds taken)."""
+    sampling = sampling_for(batch, rollout)
+    t0 = time.perf_counter()
+    with spans.span("generate"):
+        groups = engine.generate(batch.prompts, batch.samples_per_prompt, sampling)
+    return groups, time.perf_counter() - t0
+
+
+def publish_batch(mailbox, routes: Routes, batch: PromptBatch, groups, version: int, generate_s: float, *,
+                  wait_s: float = 0.0, weight_load_s: float = 0.0, weight_syncs: int = 0) -> None:
+    """Send each sampled group of ``batch`` to its reward rank, then the batch's notice to the controller."""
     tokens = 0
     for eid, group_id, prompt, samples in zip(batch.example_ids, batch.group_ids, batch.prompts, groups):
-        mailbox.send(("reward", group_id % n_reward), Rollout(
+        mailbox.send(routes.reward_for(group_id), Rollout(
             example_id=eid, group_id=group_id, step=batch.step,
             prompt_ids=np.asarray(prompt, dtype=np.int32),
             response_ids=[s.response_ids for s in samples],
@@ -35,10 +45,14 @@ def publish_groups(mailbox, batch: PromptBatch, groups, version: int, generate_s
             purpose=batch.purpose, eval_round=batch.eval_round,
         ))
         tokens += sum(len(s.response_ids) for s in samples)
-    return tokens
+    mailbox.send(CONTROLLER, BatchDone(
+        batch_id=batch.batch_id, step=batch.step, groups=len(groups), tokens=tokens, policy_version=version,
+        generate_s=generate_s, wait_s=wait_s, weight_load_s=weight_load_s, weight_syncs=weight_syncs,
+        eval_round=batch.eval_round,
+    ))
 
 
-def sampling_for(batch: PromptBatch, rollout) -> SamplingConfig:
+def sampling_for(batch: PromptBatch, rollout: RolloutConfig) -> SamplingConfig:
     """The batch's sampling: the role map's rollout settings, or an eval batch's own."""
     return SamplingConfig(
         temperature=rollout.temperature if batch.temperature is None else batch.temperature,
@@ -49,17 +63,19 @@ def sampling_for(batch: PromptBatch, rollout) -> SamplingConfig:
 
 
 class GeneratorActor(Actor):
-    def __init__(self, mailbox, cfg, engine, receiver, version: int = 0):
+    def __init__(self, mailbox, rollout: RolloutConfig, *, schedule: Schedule, routes: Routes, engine, receiver,
+                 version: int = 0):
+        """``rollout``: the sampling settings of training batches (eval batches bring their own)."""
         super().__init__(mailbox)
-        self.cfg = cfg
+        self.rollout = rollout
+        self.schedule = schedule
+        self.routes = routes
         self.engine = engine
         self.receiver = receiver  # WeightReceiver: start(v) / ready() / finish() -> named tensors
         self.version = version  # policy version of the weights in the engine
         self.announced: collections.deque[int] = collections.deque()  # versions on their way
         self.queue: collections.deque[PromptBatch] = collections.deque()
-        self.n_reward = cfg.world.reward.ranks
         self.final_version = 0  # set by FinalVersion just before Stop
-        self.last_version = last_pushed_version(cfg.run.steps, cfg.eval.enabled)  # trainers push none newer
         # Weight-sync accounting since the last BatchDone (the controller logs it per step).
         self._load_s = 0.0
         self._syncs = 0
@@ -73,12 +89,7 @@ class GeneratorActor(Actor):
     def on_weights(self, env: Envelope) -> None:
         version = env.msg.version
         expected = self.version + len(self.announced) + 1  # the one its receives are posted for
-        where = f"generator {self.mailbox.mesh.index}: the trainer announced weights version {version}"
-        if version > self.last_version:
-            raise RuntimeError(f"{where}, but a run of {self.cfg.run.steps} steps pushes versions "
-                               f"up to {self.last_version}")
-        if version != expected:
-            raise RuntimeError(f"{where}, expected {expected} (versions come one by one)")
+        self.schedule.check_announcement(version, expected, f"generator {self.mailbox.role_table.index}")
         self.announced.append(version)
 
     @handles(FinalVersion)
@@ -88,6 +99,7 @@ class GeneratorActor(Actor):
     def on_stop(self, reason: str) -> None:
         """Take in every pushed version before leaving, so no trainer send is left hanging."""
         deadline = time.monotonic() + 300
+        backoff = Backoff()
         while self.version < self.final_version:
             if self.announced:
                 self._apply_received(load=False)  # nobody will sample with it: skip the load
@@ -98,7 +110,7 @@ class GeneratorActor(Actor):
             elif env is None:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"version {self.final_version} was never announced")
-                time.sleep(1e-3)
+                backoff.sleep()
 
     def _apply_received(self, load: bool = True) -> None:
         """Load the version whose transfer has completed and start receiving the next."""
@@ -122,7 +134,7 @@ class GeneratorActor(Actor):
         ends could not be taken back (gloo has no cancel).
         """
         following = self.version + 1
-        if following <= self.last_version:
+        if self.schedule.pushes(following):
             self.receiver.start(following)
 
     def _sync_weights(self, min_version: int) -> float:
@@ -130,12 +142,13 @@ class GeneratorActor(Actor):
         while self.announced and self.receiver.ready():
             self._apply_received()
         waited = 0.0
+        backoff = Backoff()
         while self.version < min_version:
             t0 = time.perf_counter()
             if not self.announced:
                 # The trainer announces before it pushes; keep handling messages until it does.
                 if self.handle_pending() == 0:
-                    time.sleep(1e-3)
+                    backoff.sleep()
                 if not self.running:
                     return waited
             else:
@@ -155,16 +168,8 @@ class GeneratorActor(Actor):
             wait_s = self._sync_weights(batch.min_version)
         if not self.running:
             return True
-        sampling = sampling_for(batch, self.cfg.rollout)
-        t0 = time.perf_counter()
-        with self.spans.span("generate"):
-            groups = self.engine.generate(batch.prompts, batch.samples_per_prompt, sampling)
-        generate_s = time.perf_counter() - t0
-        tokens = publish_groups(self.mailbox, batch, groups, self.version, generate_s, self.n_reward)
-        self.mailbox.send(("controller", 0), BatchDone(
-            batch_id=batch.batch_id, step=batch.step, groups=len(groups), tokens=tokens,
-            policy_version=self.version, generate_s=generate_s, wait_s=wait_s,
-            weight_load_s=self._load_s, weight_syncs=self._syncs, eval_round=batch.eval_round,
-        ))
+        groups, generate_s = generate_batch(self.engine, batch, self.rollout, self.spans)
+        publish_batch(self.mailbox, self.routes, batch, groups, self.version, generate_s, wait_s=wait_s,
+                      weight_load_s=self._load_s, weight_syncs=self._syncs)
         self._load_s, self._syncs = 0.0, 0
         return True

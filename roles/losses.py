@@ -10,17 +10,9 @@ response weighs by its length, as in the LlamaRL paper. Metrics are detached 0-d
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-
-@dataclass
-class LossConfig:
-    name: str = "aipo"  # "aipo" or "grpo"
-    rho: float = 4.0  # AIPO: upper clip of the importance weight pi/mu (paper: 2..10)
-    clip_eps: float = 0.2  # GRPO: ratio kept in [1 - eps, 1 + eps]
-    kl_coef: float = 0.0  # GRPO: weight of the k3 KL to a reference policy (0 = none)
+from roles.config.trainer import LossConfig
 
 
 def _prepare(logp, old_logp, advantages, mask, num_tokens):
@@ -116,3 +108,12 @@ def grpo_loss(
             n_tokens=n.detach(),
         )
     return loss, metrics
+
+
+def policy_loss(config: LossConfig, logp: torch.Tensor, old_logp, advantages, mask,
+                ref_logp: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The loss ``config`` names, with its own settings (``ref_logp``: GRPO's KL anchor)."""
+    if config.loss == "aipo":
+        return aipo_loss(logp, old_logp, advantages, mask, rho=config.rho)
+    return grpo_loss(logp, old_logp, advantages, mask, clip_eps=config.clip_eps,
+                     kl_coef=config.kl_coef, ref_logp=ref_logp)

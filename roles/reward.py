@@ -14,20 +14,22 @@ import collections
 import time
 
 import numpy as np
-
-from roles.messages import TRAIN, EvalScored, Rollout, Scored
+from roles.protocol import CONTROLLER, TRAIN, EvalScored, Rollout, Routes, Scored
+from roles.config.reward import RewardConfig
 from runtime import Actor, Envelope, handles
 
 
 class RewardActor(Actor):
-    def __init__(self, mailbox, cfg, tokenizer, task, scorer):
-        """``scorer``: a ``RewardSandbox`` (``score(items) -> results``, ``close()``)."""
+    Config = RewardConfig  # the role map's reward: section
+
+    def __init__(self, mailbox, routes: Routes, tokenizer, task, scorer):
+        """``scorer``: a ``RewardSandbox`` (``score(items) -> results``, ``close()``) built from
+        this rank's ``RewardActor.Config``; ``task``: the run's task, where answers are found by id."""
         super().__init__(mailbox)
+        self.routes = routes
         self.tokenizer = tokenizer
         self.task = task
         self.scorer = scorer
-        self.train_role = cfg.world.train_role  # "trainer", or "colocated" in the baseline mode
-        self.n_trainers = cfg.world.counts()[self.train_role]
 
     @handles(Rollout)
     def on_rollout(self, env: Envelope) -> None:
@@ -47,18 +49,17 @@ class RewardActor(Actor):
         clipped = sum(1 for f in r.finish_reasons if f == "length")
         correct = [res.components.get("correct", 0.0) for res in results]
         if r.purpose != TRAIN:
-            self.mailbox.send(("controller", 0), EvalScored(
+            self.mailbox.send(CONTROLLER, EvalScored(
                 eval_round=r.eval_round, example_id=r.example_id, purpose=r.purpose,
                 policy_version=r.policy_version, scores=r.rewards, correct=correct, lengths=lengths,
                 clipped=clipped, failures=failures, timeouts=timeouts, score_s=score_s,
             ))
             return
-        # Data-parallel trainers each take a fixed share of the groups of every step.
-        self.mailbox.send((self.train_role, r.group_id % self.n_trainers), r)
+        self.mailbox.send(self.routes.trainer_for(r.group_id), r)
         components: collections.Counter = collections.Counter()
         for res in results:
             components.update(res.components)
-        self.mailbox.send(("controller", 0), Scored(
+        self.mailbox.send(CONTROLLER, Scored(
             step=r.step, groups=1, score_s=score_s, failures=failures, timeouts=timeouts,
             samples=len(results), reward_sum=float(sum(r.rewards)), correct_sum=float(sum(correct)),
             components={k: float(v) for k, v in components.items()},

@@ -9,8 +9,16 @@ silently fall back to a default), and types are strict: ``steps: true``, ``steps
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_default=True, strict=True)
+
+
+def field_error(loc: tuple, message: str, value) -> ValidationError:
+    """A validation error at ``loc`` inside the field being validated, so that a section's own
+    check reads like pydantic's (``task.name: ...``, ``reward.components[0].name: ...``)."""
+    return ValidationError.from_exception_data(
+        "Section", [{"type": "value_error", "loc": loc, "input": value, "ctx": {"error": ValueError(message)}}]
+    )

@@ -36,8 +36,8 @@ class SFTConfig:
     lr: float = 3e-4
     batch: int = 32  # sequences per step, drawn with replacement
     seed: int = 0  # picks the SFT rows and the order of the batches
-    # torch intra-op threads while training (restored after). A 0.6M-parameter model has
-    # nothing to split across threads; on a shared 2-core box 2 threads ran >10x slower than 1.
+    # torch intra-op threads while training (restored after). A tiny model has nothing to
+    # split across threads, and more of them only contend for the cores (docs/log.md).
     threads: int | None = 1
     # The rate after the warm-up: "constant", or "cosine" down to a tenth of lr at the last
     # step (a short run of a small model ends at a lower loss when the rate decays).

@@ -1,11 +1,11 @@
 """FSDP2 sharding of the policy over the trainer ranks, and its dim-0 shards for the weight sync.
 
-Each decoder layer is its own FSDP2 group (all-gathered just before it runs), the root takes the
-rest (embeddings, final norm, head). Parameters become DTensors sharded on dim 0 the
-``torch.chunk`` way: rank r holds rows [r*ceil(n/W), (r+1)*ceil(n/W)), the last ranks may hold
-fewer or none. Gradients are averaged over the trainer group, so W trainers on W equal slices of
-a batch take the same step as one trainer on the whole batch (losses averaged per rank over an
-equal number of tokens).
+Each decoder layer (as the model family's spec finds them: roles/models/) is its own FSDP2
+group (all-gathered just before it runs), the root takes the rest (embeddings, final norm,
+head). Parameters become DTensors sharded on dim 0 the ``torch.chunk`` way: rank r holds rows
+[r*ceil(n/W), (r+1)*ceil(n/W)), the last ranks may hold fewer or none. Gradients are averaged
+over the trainer group, so W trainers on W equal slices of a batch take the same step as one
+trainer on the whole batch (losses averaged per rank over an equal number of tokens).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 
+from roles.models import spec_for
 from transports.weights.plan import LocalShard, chunk_range
 
 
@@ -41,7 +42,7 @@ def shard_model(model: nn.Module, group: dist.ProcessGroup | None, *,
     mesh = trainer_mesh(group, device_type)
     kw = dict(mesh=mesh, reshard_after_forward=reshard_after_forward,
               mp_policy=mp_policy or MixedPrecisionPolicy())
-    for layer in _decoder_layers(model):
+    for layer in spec_for(model).decoder_layers(model):
         fully_shard(layer, **kw)
     fully_shard(model, **kw)
     return model
@@ -50,13 +51,17 @@ def shard_model(model: nn.Module, group: dist.ProcessGroup | None, *,
 def local_shards(model: nn.Module) -> list[LocalShard]:
     """(name, local rows, global shape, first row) of every parameter, in ``named_parameters`` order.
 
-    The local tensors share memory with the parameters (no copy). An unsharded model gives whole
-    tensors at row 0, so one trainer goes through the same weight-sync path. Call it outside a
-    forward/backward pass (e.g. after ``optimizer.step()``), when FSDP2 holds only the shards.
+    Names are checkpoint (Hugging Face) names, what an engine's ``load_weights`` expects: the
+    family's ``hf_name`` of the module name. The local tensors share memory with the parameters
+    (no copy). An unsharded model gives whole tensors at row 0, so one trainer goes through the
+    same weight-sync path. Call it outside a forward/backward pass (e.g. after
+    ``optimizer.step()``), when FSDP2 holds only the shards.
     """
     out = []
+    hf_name = spec_for(model).hf_name
     with torch.no_grad():  # to_local() then hands back the local tensor itself
         for name, p in model.named_parameters():
+            name = hf_name(name)
             if isinstance(p, DTensor):
                 local = p.to_local()
                 out.append(LocalShard(name, local, tuple(p.shape), _row_offset(p, local)))
@@ -66,11 +71,15 @@ def local_shards(model: nn.Module) -> list[LocalShard]:
 
 
 def full_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    """Every parameter whole (all-gathered over the trainers: collective) - for tests, checkpoints."""
+    """Every parameter whole (all-gathered over the trainers: collective) - for tests, checkpoints.
+
+    By checkpoint name, as :func:`local_shards` names them.
+    """
     out = {}
+    hf_name = spec_for(model).hf_name
     for name, p in model.named_parameters():
         t = p.full_tensor() if isinstance(p, DTensor) else p
-        out[name] = t.detach().clone()
+        out[hf_name(name)] = t.detach().clone()
     return out
 
 
@@ -86,11 +95,3 @@ def _row_offset(p: DTensor, local: torch.Tensor) -> int:
         raise RuntimeError(f"FSDP2 shard of {tuple(p.shape)} has {local.shape[0]} rows on mesh "
                            f"rank {mesh.get_local_rank()}, expected rows [{start}, {stop})")
     return start
-
-
-def _decoder_layers(model: nn.Module) -> list[nn.Module]:
-    """The repeated blocks of a Hugging Face causal LM (``model.model.layers`` for Llama)."""
-    for name, mod in model.named_modules():
-        if name.endswith("layers") and isinstance(mod, nn.ModuleList):
-            return list(mod)
-    return []

@@ -18,15 +18,14 @@ import collections
 import time
 
 import numpy as np
-
 import torch
 import torch.distributed as dist
 
 from roles import advantages as adv_lib
 from roles import losses
+from roles.config.trainer import TrainerConfig
 from roles.logprobs import response_logprobs
-from roles.messages import Rollout, StepDone, WeightsPushed
-from roles.weights import last_pushed_version
+from roles.protocol import CONTROLLER, Rollout, RolloutConfig, Routes, Schedule, StepDone, WeightsPushed
 from runtime import Actor, Envelope, handles
 
 
@@ -39,27 +38,34 @@ def _pad(arrays, pad_value, dtype):
 
 
 class TrainerActor(Actor):
-    def __init__(self, mailbox, cfg, policy, sender, dp_group=None, on_finish=None, allreduce_grads=False):
+    Config = TrainerConfig  # the role map's algorithm: section
+
+    def __init__(self, mailbox, config: "TrainerActor.Config", *, rollout: RolloutConfig, schedule: Schedule,
+                 routes: Routes, policy, sender, dp_group=None, on_finish=None, allreduce_grads=False):
         """``policy`` holds the (possibly FSDP-sharded) HF causal LM; ``sender`` pushes its weights.
 
-        ``allreduce_grads``: the model is a full replica per rank (not FSDP), so gradients
-        are averaged over ``dp_group`` explicitly after the backward passes.
+        ``rollout``: the step's shape (groups per step) and the sampling temperature, which the
+        trainer's log-probs must use too. ``allreduce_grads``: the model is a full replica per
+        rank (not FSDP), so gradients are averaged over ``dp_group`` explicitly after the backward
+        passes.
         """
         super().__init__(mailbox)
-        self.cfg = cfg
+        self.config = config
+        self.temperature = rollout.temperature
+        self.schedule = schedule
+        self.routes = routes
         self.model = policy.model
         self.reference = getattr(policy, "reference", None)  # frozen; GRPO's KL anchor
-        if cfg.algorithm.kl_coef and self.reference is None:
+        if config.kl_coef and self.reference is None:
             raise ValueError("algorithm.kl_coef > 0 needs the policy's reference model")
         self.local_params = policy.local_params  # callable -> what the weight sender pushes
         self.sender = sender
         self.dp_group = dp_group  # torch.distributed group of the trainers (None: one trainer)
-        self.n_trainers = cfg.world.counts()[cfg.world.train_role]
+        self.n_trainers = routes.trainers
         self.allreduce_grads = allreduce_grads and dp_group is not None
-        self.is_leader = mailbox.mesh.index == 0
-        algo = cfg.algorithm
+        self.is_leader = mailbox.role_table.index == 0
         self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=algo.lr, weight_decay=algo.weight_decay, betas=(0.9, 0.999)
+            self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.999)
         )
         # A WeightSender with copy=False sends from the parameters themselves: the next update
         # must not overwrite them before they are out. (Colocated ranks reload a local engine
@@ -69,7 +75,7 @@ class TrainerActor(Actor):
             sender.guard(self.optimizer)
         self.version = 0  # policy version = optimizer steps taken
         self.step_index = 0  # the step being collected
-        self.groups_per_rank = cfg.rollout.prompts_per_step // self.n_trainers
+        self.groups_per_rank = rollout.prompts_per_step // self.n_trainers
         self.buffers: dict[int, list[Rollout]] = collections.defaultdict(list)
         self._collect_started: float | None = None
         self.last_metrics: dict[str, float] = {}
@@ -83,7 +89,7 @@ class TrainerActor(Actor):
         self.buffers[r.step].append(r)
 
     def step(self) -> bool:
-        if self.step_index >= self.cfg.run.steps:
+        if self.step_index >= self.schedule.steps:
             return False
         groups = self.buffers.get(self.step_index, [])
         if len(groups) < self.groups_per_rank:
@@ -102,16 +108,16 @@ class TrainerActor(Actor):
         t0 = time.perf_counter()
         self.version += 1
         # After the last step nobody samples again: pushing would only delay shutdown.
-        if self.version <= last_pushed_version(self.cfg.run.steps, self.cfg.eval.enabled):
-            if self.is_leader and self.mailbox.mesh.size("generator"):
-                self.mailbox.send_role("generator", WeightsPushed(version=self.version))
+        if self.schedule.pushes(self.version):
+            if self.is_leader and not self.routes.colocated:
+                self.mailbox.send_role(self.routes.generate_role, WeightsPushed(version=self.version))
             with self.spans.span("weight_send"):
                 self.sender.push(self.local_params(), self.version)
             metrics["pushed_version"] = float(self.version)
         metrics["weight_send_s"] = time.perf_counter() - t0
         metrics = self._reduce_metrics(metrics)
         if self.is_leader:
-            self.mailbox.send(("controller", 0), StepDone(step=self.step_index, version=self.version, metrics=metrics))
+            self.mailbox.send(CONTROLLER, StepDone(step=self.step_index, version=self.version, metrics=metrics))
         self.last_metrics = metrics
         self.step_index += 1
         return True
@@ -125,7 +131,7 @@ class TrainerActor(Actor):
 
     def train_on(self, groups: list[Rollout]) -> dict[str, float]:
         t0 = time.perf_counter()
-        algo, temperature = self.cfg.algorithm, self.cfg.rollout.temperature
+        algo, temperature = self.config, self.temperature
         prompts, responses, mus, advs, rewards, staleness = [], [], [], [], [], []
         local_tokens = 0
         for g in groups:
@@ -168,15 +174,11 @@ class TrainerActor(Actor):
             logp, mask = response_logprobs(self.model, prompts[sl], responses[sl], temperature)
             mu = _pad(mus[sl], 0.0, torch.float32)[:, : logp.shape[1]]
             adv = torch.tensor(advs[sl], dtype=torch.float32)
-            if algo.loss == "aipo":
-                loss, m = losses.aipo_loss(logp, mu, adv, mask, rho=algo.rho)
-            else:
-                ref_logp = None
-                if algo.kl_coef:
-                    with torch.no_grad():
-                        ref_logp, _ = response_logprobs(self.reference, prompts[sl], responses[sl], temperature)
-                loss, m = losses.grpo_loss(logp, mu, adv, mask, clip_eps=algo.clip_eps,
-                                           kl_coef=algo.kl_coef, ref_logp=ref_logp)
+            ref_logp = None
+            if algo.kl_coef:
+                with torch.no_grad():
+                    ref_logp, _ = response_logprobs(self.reference, prompts[sl], responses[sl], temperature)
+            loss, m = losses.policy_loss(algo, logp, mu, adv, mask, ref_logp)
             n_tok = float(mask.sum()) * weight
             (loss * n_tok * scale).backward()
             loss_sum += float(loss.detach()) * n_tok

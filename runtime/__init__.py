@@ -1,13 +1,15 @@
-"""The actor runtime on MPI: meshes of roles, mailboxes, actors, shutdown and abort.
+"""The actor runtime on MPI: a role table, mailboxes, actors, shutdown and abort.
 
 Nothing here knows about reinforcement learning; any MPI program made of role-playing
 ranks that exchange messages can use it.
 """
 
 from runtime.actor import Actor, handles
+from runtime.backoff import Backoff
 from runtime.failure import abort_on_error
 from runtime.mailbox import Address, Envelope, Mailbox
-from runtime.mesh import Mesh
+from runtime.role_table import RoleTable
 from runtime.messages import Stop
 
-__all__ = ["Actor", "handles", "abort_on_error", "Address", "Envelope", "Mailbox", "Mesh", "Stop"]
+__all__ = ["Actor", "handles", "abort_on_error", "Address", "Backoff", "Envelope", "Mailbox", "RoleTable",
+           "Stop"]

@@ -9,8 +9,7 @@ anything, so an idle rank does not hold a core at 100%.
 
 from __future__ import annotations
 
-import time
-
+from runtime.backoff import MAX_SLEEP_S, MIN_SLEEP_S, Backoff
 from runtime.mailbox import Envelope, Mailbox
 from runtime.messages import Stop
 from runtime.spans import Spans
@@ -27,13 +26,14 @@ def handles(*msg_types):
 
 
 class Actor:
-    min_idle_sleep_s = 20e-6  # first back-off when idle: short, so a reply is seen quickly
-    max_idle_sleep_s = 2e-3  # back-off ceiling: bounds both latency and idle CPU use
+    # The idle back-off (runtime/backoff.py says why these values); a subclass may change them.
+    min_idle_sleep_s = MIN_SLEEP_S
+    max_idle_sleep_s = MAX_SLEEP_S
 
     def __init__(self, mailbox: Mailbox):
         self.mailbox = mailbox
-        mesh = mailbox.mesh
-        self.spans = Spans(mesh.rank, mesh.role, mesh.index)  # busy intervals, for timelines
+        table = mailbox.role_table
+        self.spans = Spans(table.rank, table.role, table.index)  # busy intervals, for timelines
         self.running = True
         self.stop_reason: str | None = None
         self._handlers = {}
@@ -84,15 +84,14 @@ class Actor:
         return n
 
     def run(self) -> None:
-        sleep = self.min_idle_sleep_s
+        backoff = Backoff(self.min_idle_sleep_s, self.max_idle_sleep_s)
         while self.running:
             busy = self.handle_pending() > 0
             if self.running:
                 busy = self.step() or busy
             self.mailbox.progress()
             if busy:
-                sleep = self.min_idle_sleep_s
+                backoff.reset()
             else:
-                time.sleep(sleep)
-                sleep = min(sleep * 2, self.max_idle_sleep_s)
+                backoff.sleep()
         self.mailbox.close()

@@ -1,7 +1,7 @@
 """Mailboxes: typed messages between role-addressed ranks, sent asynchronously over MPI.
 
 A mailbox encodes messages with the msgpack codec and moves them with the MPI transport
-on its own duplicate of the mesh's communicator (so its tags never meet those of other
+on its own duplicate of the role table's communicator (so its tags never meet those of other
 MPI traffic). Large arrays travel as separate raw buffers, without a copy into the header.
 
 Small messages to a peer that has not yet taken our previous one are coalesced into one MPI
@@ -19,9 +19,9 @@ import time
 from itertools import repeat
 from typing import Any, Iterable, NamedTuple
 
-from mpi4py import MPI
 
-from runtime.mesh import Mesh
+from runtime.backoff import Backoff
+from runtime.role_table import RoleTable
 from transports import codec
 from transports.mpi_transport import MPITransport
 
@@ -45,16 +45,15 @@ _tuple_new = tuple.__new__  # builds an Envelope without the Python frame of its
 
 
 class Mailbox:
-    def __init__(self, mesh: Mesh, max_inflight_bytes: int = 256 * 1024 * 1024):
-        """Collective over the mesh's communicator (it is duplicated)."""
-        self.mesh = mesh
-        self.comm = mesh.comm.Dup()
+    def __init__(self, role_table: RoleTable, max_inflight_bytes: int = 256 * 1024 * 1024):
+        """Collective over the role table's communicator (it is duplicated)."""
+        self.role_table = role_table
+        self.comm = role_table.comm.Dup()
         self.transport = MPITransport(self.comm, max_inflight_bytes=max_inflight_bytes)
-        self._inbox = self.transport.inbox
         self._ready: collections.deque[Envelope] = collections.deque()  # decoded, not yet polled
-        self.address = Address(mesh.role, mesh.index)
+        self.address = Address(role_table.role, role_table.index)
         # Looked up on every message: worked out once.
-        self._senders = [Address(*mesh.whois(r)) for r in range(self.comm.Get_size())]
+        self._senders = [Address(*role_table.whois(r)) for r in range(self.comm.Get_size())]
         self._ranks: dict[tuple, int] = {}
         self.closed = False
         self.dropped_after_close = 0  # messages that arrived after close(): a protocol smell
@@ -66,19 +65,19 @@ class Mailbox:
         rank = self._ranks.get(to)
         if rank is None:
             role, index = to
-            rank = self._ranks[to] = self.mesh.rank_of(role, index)
+            rank = self._ranks[to] = self.role_table.rank_of(role, index)
         self.transport.send(rank, codec.encode_frames(msg))
 
     def send_role(self, role: str, msg) -> None:
         """Send ``msg`` to every rank of ``role`` (the message is encoded once)."""
         frames = codec.encode_frames(msg)
-        for rank in self.mesh.ranks(role):
+        for rank in self.role_table.ranks(role):
             self.transport.send(rank, frames)
 
     def send_all(self, msg, include_self: bool = False) -> None:
         frames = codec.encode_frames(msg)
         for rank in range(self.comm.Get_size()):
-            if include_self or rank != self.mesh.rank:
+            if include_self or rank != self.role_table.rank:
                 self.transport.send(rank, frames)
 
     def progress(self) -> None:
@@ -99,8 +98,7 @@ class Mailbox:
         """
         ready = self._ready
         if not ready:
-            inbox = self._inbox
-            got = inbox.popleft() if inbox else self.transport.poll()
+            got = self.transport.poll()
             if got is None:
                 return None
             source, headers, buffers = got
@@ -132,7 +130,7 @@ class Mailbox:
         exchanges where anything else means a protocol bug.
         """
         deadline = time.monotonic() + timeout_s
-        sleep = 20e-6
+        backoff = Backoff()
         while True:
             env = self.poll()
             if env is not None:
@@ -143,8 +141,7 @@ class Mailbox:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{self.address}: no message within {timeout_s} s")
             self.transport.progress()
-            time.sleep(sleep)
-            sleep = min(sleep * 2, 2e-3)
+            backoff.sleep()
 
     # ----------------------------------------------------------------- shutdown
 

@@ -21,7 +21,7 @@ FAILING_JOB = r"""
 import sys, time
 sys.modules["torch"] = None  # this job needs no torch (the codec works without it): start in 1 s, not 5
 from mpi4py import MPI
-from runtime import Mailbox, Mesh, abort_on_error
+from runtime import Mailbox, RoleTable, abort_on_error
 
 ROLES = ["controller", "reward", "generator", "trainer"]
 comm = MPI.COMM_WORLD
@@ -29,7 +29,7 @@ role = ROLES[comm.rank]
 what = sys.argv[1]
 
 with abort_on_error(role):
-    mb = Mailbox(Mesh(comm, ROLES))
+    mb = Mailbox(RoleTable(comm, ROLES))
     comm.Barrier()
     if comm.rank == 2:
         time.sleep(0.5)  # let the others block first

@@ -165,11 +165,11 @@ def test_compile_reaches_the_vllm_engine_config(base_config, monkeypatch):
 
     seen = []
     monkeypatch.setattr(vllm_engine.VllmEngine, "__init__", lambda self, config: seen.append(config))
-    for compile_, eager in ((None, None), (True, False), (False, True)):
+    for compile_ in (None, True, False):
         generator = {"ranks": 1, "engine": "vllm", "compile": compile_}
         cfg = config.parse(mutate(base_config, "world.generator", generator))
-        vllm_engine.VllmEngine.from_role_map(cfg)
-        assert seen[-1].enforce_eager is eager
+        vllm_engine.VllmEngine.from_config(cfg.world.generator, cfg.model, max_seqs=1)
+        assert seen[-1].compile is compile_
 
 
 def test_no_generator_or_trainer_names_the_world(base_config):
@@ -266,7 +266,7 @@ def test_colocated_mode_assigns_colocated_ranks(base_config):
     base_config["run"]["max_staleness"] = 0
     cfg = config.parse(base_config)
     assert cfg.world.roles_by_rank() == ["controller", "colocated", "colocated", "reward"]
-    assert cfg.world.train_role == cfg.world.generate_role == "colocated"
+    assert cfg.routes().train_role == cfg.routes().generate_role == "colocated"
 
 
 def test_colocated_beside_generators_is_refused(base_config):

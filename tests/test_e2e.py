@@ -29,7 +29,7 @@ def sft_model(tmp_path_factory) -> Path:
 
 def run(tmp_path, sft_model, **overrides) -> list[dict]:
     base = {"model": {"path": str(sft_model)}, "run": {"out": str(tmp_path / "run"), "progress": False}}
-    cfg = recipe.write_config(CONFIG, tmp_path / "run", recipe._merge(base, overrides))
+    cfg = recipe.write_config(CONFIG, tmp_path / "run", recipe.merge_overrides(base, overrides))
     # The user verifiers live in tests/: the ranks import them from there.
     pythonpath = os.pathsep.join([str(REPO / "tests"), str(REPO)])
     recipe.run_job(cfg, timeout_s=JOB_TIMEOUT_S, quiet=True, extra_env={"PYTHONPATH": pythonpath})

@@ -17,7 +17,7 @@ import pytest
 from launch import config
 from roles.controller import ControllerActor
 from roles.evaluation import ks_for, pass_at_k
-from roles.messages import (EVAL_GREEDY, EVAL_SAMPLED, TRAIN, BatchDone, EvalScored, FinalVersion,
+from roles.protocol import (EVAL_GREEDY, EVAL_SAMPLED, TRAIN, BatchDone, EvalScored, FinalVersion,
                             PromptBatch, Scored, StepDone)
 from runtime import Envelope, Stop
 
@@ -52,7 +52,7 @@ def test_ks_reported():
 # ------------------------------------------------------------------ the controller
 
 
-class _Mesh:
+class _Table:
     rank, role, index = 0, "controller", 0
 
     def size(self, role):
@@ -61,7 +61,7 @@ class _Mesh:
 
 class _Mailbox:
     def __init__(self):
-        self.mesh = _Mesh()
+        self.role_table = _Table()
         self.address = ("controller", 0)
         self.sent: list[tuple] = []
 
@@ -86,7 +86,8 @@ def _controller(tmp_path, base_config, steps=4, eval_cfg=None, n_eval=3):
     prompts = {i: np.array([1, 2, i], dtype=np.int32) for i in range(8)}
     evals = {100 + i: np.array([1, 3, i], dtype=np.int32) for i in range(n_eval)}
     mb = _Mailbox()
-    ctl = ControllerActor(mb, cfg, prompts, eval_prompts=evals, data_stats={"prompts_too_long": 2})
+    ctl = ControllerActor(mb, cfg.run, rollout=cfg.rollout, evaluation=cfg.eval, routes=cfg.routes(), prompts=prompts,
+                          eval_prompts=evals, data_stats={"prompts_too_long": 2})
     return ctl, mb, cfg
 
 

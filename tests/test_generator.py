@@ -16,12 +16,12 @@ import torch
 
 from launch import config
 from roles.generator import GeneratorActor
-from roles.messages import WeightsPushed
-from roles.weights import last_pushed_version
+from roles.protocol import WeightsPushed
+from roles.protocol import Schedule
 from runtime import Envelope
 
 
-class _Mesh:
+class _Table:
     rank, role, index = 1, "generator", 0
 
     def size(self, role):
@@ -30,7 +30,7 @@ class _Mesh:
 
 class _Mailbox:
     def __init__(self):
-        self.mesh = _Mesh()
+        self.role_table = _Table()
         self.inbox: collections.deque = collections.deque()
 
     def poll(self):
@@ -72,7 +72,9 @@ def _generator(base_config, steps: int):
     raw = copy.deepcopy(base_config)
     raw["run"]["steps"] = steps
     receiver, engine = _Receiver(), _Engine()
-    gen = GeneratorActor(_Mailbox(), config.parse(raw), engine, receiver)
+    cfg = config.parse(raw)
+    gen = GeneratorActor(_Mailbox(), cfg.rollout, schedule=cfg.schedule(), routes=cfg.routes(), engine=engine,
+                         receiver=receiver)
     return gen, receiver, engine
 
 
@@ -81,7 +83,7 @@ def _announce(gen, version):
 
 
 def test_last_pushed_version_is_one_per_step_but_the_last():
-    assert [last_pushed_version(s) for s in (0, 1, 2, 5)] == [0, 0, 1, 4]
+    assert [Schedule(s, 0).last_pushed_version for s in (0, 1, 2, 5)] == [0, 0, 1, 4]
 
 
 def test_receives_are_posted_ahead_and_never_past_the_last_version(base_config):

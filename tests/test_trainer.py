@@ -16,11 +16,11 @@ import pytest
 import torch
 
 from launch import config
-from roles.messages import Rollout
+from roles.protocol import Rollout
 from roles.trainer import TrainerActor
 
 
-class _Mesh:
+class _Table:
     rank, role, index = 0, "trainer", 0
 
     def size(self, role):
@@ -32,7 +32,8 @@ def _trainer(base_config, model, skip: bool, micro_batch: int = 4, reference=Non
     raw["algorithm"].update({"skip_zero_advantage": skip, "micro_batch": micro_batch, "lr": 1e-2})
     cfg = config.parse(raw)
     policy = SimpleNamespace(model=model, local_params=lambda: [], reference=reference)
-    return TrainerActor(SimpleNamespace(mesh=_Mesh()), cfg, policy, sender=None)
+    return TrainerActor(SimpleNamespace(role_table=_Table()), cfg.algorithm, rollout=cfg.rollout,
+                        schedule=cfg.schedule(), routes=cfg.routes(), policy=policy, sender=None)
 
 
 def _tiny_llama(seed=0):
@@ -141,6 +142,7 @@ def test_update_waits_for_sends_that_read_the_parameters(base_config, copy_out):
     cfg = config.parse(raw)
     sender = _RecordingSender(copy_out)
     policy = SimpleNamespace(model=_tiny_llama(), local_params=lambda: [], reference=None)
-    trainer = TrainerActor(SimpleNamespace(mesh=_Mesh()), cfg, policy, sender=sender)
+    trainer = TrainerActor(SimpleNamespace(role_table=_Table()), cfg.algorithm, rollout=cfg.rollout,
+                           schedule=cfg.schedule(), routes=cfg.routes(), policy=policy, sender=sender)
     trainer.train_on(_groups([[1, 0, 1, 0]]))
     assert sender.waits == (0 if copy_out else 1)

@@ -233,7 +233,7 @@ def test_compiled_engine_matches_trainer_before_and_after_an_update(engine, hf_m
     from transformers import AutoModelForCausalLM
 
     compiled = VllmEngine(
-        VllmEngine.Config(model=str(model_dir), kv_cache_gib=0.25, max_num_seqs=16, seed=0, enforce_eager=False)
+        VllmEngine.Config(model=str(model_dir), kv_cache_gib=0.25, max_num_seqs=16, seed=0, compile=True)
     )
     prompts = _prompts([6, 20])
     sampling = SamplingConfig(temperature=0.7, top_p=1.0, max_new_tokens=12, seed=17)

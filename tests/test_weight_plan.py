@@ -5,6 +5,7 @@ import math
 import pytest
 import torch
 
+from roles.models import MODEL_SPECS, tp_need
 from transports.weights import Need, WeightReceiver, WeightSender, build_plan
 from transports.weights.plan import ALIGN, LocalShard, ShardMeta, chunk_range
 
@@ -121,7 +122,8 @@ def test_tensor_parallel_slices(n_trainers):
               "model.norm.weight": (8,), "lm_head.weight": (37, 8)}
     g = torch.Generator().manual_seed(1)
     params = {k: torch.randn(s, generator=g) for k, s in shapes.items()}
-    needs = [Need(0, 2), Need(1, 2), Need()]
+    llama = MODEL_SPECS["llama"]
+    needs = [tp_need(llama, shapes.items(), 0, 2), tp_need(llama, shapes.items(), 1, 2), Need()]
     out, plan = sync(cut(params, n_trainers), needs, bucket_bytes=96, pack_below=64)
     for i, need in enumerate(needs):
         for k, v in params.items():
@@ -129,12 +131,12 @@ def test_tensor_parallel_slices(n_trainers):
             want = v[tuple(slice(a, b) for a, b in box)]
             assert torch.equal(out[n_trainers + i][k], want), (i, k)
     # Row-parallel slices are split on dim 1, column-parallel on dim 0, norms replicated.
-    assert Need(1, 2).box("model.layers.0.mlp.down_proj.weight", (8, 12)) == ((0, 8), (6, 12))
-    assert Need(1, 2).box("model.embed_tokens.weight", (37, 8)) == ((19, 37), (0, 8))
-    assert Need(1, 2).box("model.norm.weight", (8,)) == ((0, 8),)
+    assert needs[1].box("model.layers.0.mlp.down_proj.weight", (8, 12)) == ((0, 8), (6, 12))
+    assert needs[1].box("model.embed_tokens.weight", (37, 8)) == ((19, 37), (0, 8))
+    assert needs[1].box("model.norm.weight", (8,)) == ((0, 8),)
 
 
-def test_message_bounds_and_order():
+def test_bucket_bounds_and_order():
     params = make_params([(300, 7), (5,), (40, 3), (1, 1000)], torch.float32)
     bucket = 1024
     _, plan = sync(cut(params, 2), [Need(), Need()], bucket_bytes=bucket, pack_below=256)
@@ -164,7 +166,7 @@ def test_plan_is_deterministic():
     a = build_plan(metas, {5: Need(), 4: Need()}, bucket_bytes=256, pack_below=128)
     b = build_plan(dict(reversed(list(metas.items()))), {4: Need(), 5: Need()},
                    bucket_bytes=256, pack_below=128)
-    assert a.messages == b.messages and a.generators == (4, 5)
+    assert a.buckets == b.buckets and a.generators == (4, 5)
 
 
 def test_replicated_rows_are_split_between_trainers():
@@ -172,7 +174,7 @@ def test_replicated_rows_are_split_between_trainers():
     both = [[LocalShard(k, v, tuple(v.shape), 0) for k, v in params.items()] for _ in range(2)]
     out, plan = sync(both, [Need()], bucket_bytes=1 << 20)
     assert torch.equal(out[2]["p0.weight"], params["p0.weight"])
-    assert [m.pieces[0].box[0] for m in plan.messages] == [(0, 5), (5, 10)]
+    assert [m.pieces[0].box[0] for m in plan.buckets] == [(0, 5), (5, 10)]
 
 
 def test_layout_errors():
@@ -210,11 +212,11 @@ def test_receiver_start_twice_is_an_error():
 
 
 def test_big_piece_goes_straight_into_staging():
-    """A piece of at least pack_below bytes is its own message; no packed buffer is needed."""
+    """A piece of at least pack_below bytes is its own bucket; no packed buffer is needed."""
     params = make_params([(64, 64)], torch.float32)
     metas = {0: [ShardMeta.of(s) for s in cut(params, 1)[0]]}
     plan = build_plan(metas, {1: Need()}, bucket_bytes=4096, pack_below=1024)
-    assert len(plan.messages) == math.ceil(64 * 64 * 4 / 4096)
+    assert len(plan.buckets) == math.ceil(64 * 64 * 4 / 4096)
     r = WeightReceiver(plan, Loopback(1, {}))
     assert r._pack_arena.numel() == 0
     assert r.staging_bytes == 64 * 64 * 4

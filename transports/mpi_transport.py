@@ -143,9 +143,8 @@ class MPITransport:
         self._inflight_bytes = 0
         self._batches: dict[int, bytearray] = {}  # destination -> batch not yet sent
         self._last_header: dict[int, MPI.Request] = {}  # destination -> last header send
-        # Received and not yet handed out, oldest first. Public so that a caller on the hot
-        # path may take from it directly: poll() is the same thing when it is not empty.
-        self.inbox: collections.deque[Received] = collections.deque()
+        # Received and not yet handed out, oldest first (poll() takes from here first).
+        self._inbox: collections.deque[Received] = collections.deque()
         self._status = MPI.Status()  # reused by every probe
         self.bytes_sent = 0
         self.bytes_received = 0
@@ -249,8 +248,8 @@ class MPITransport:
 
     def poll(self) -> Received | None:
         """Return the next received message (or batch), or None at once if none has arrived."""
-        if self.inbox or self._receive():
-            return self.inbox.popleft()
+        if self._inbox or self._receive():
+            return self._inbox.popleft()
         if self._batches:  # nothing to read: an idle point, so nothing of ours may wait
             self.progress()
         return None
@@ -280,7 +279,7 @@ class MPITransport:
                 headers.append(data[offset - n : offset])
             if offset != count:
                 raise RuntimeError(f"MPI transport: a batch from rank {source} is cut short")
-            self.inbox.append(_tuple_new(Received, (source, headers, _NO_BUFFERS)))
+            self._inbox.append(_tuple_new(Received, (source, headers, _NO_BUFFERS)))
             return True
         # One message. Small headers are copied into bytes (see above); large ones are not.
         header = bytes(data[4:]) if count <= 65536 else memoryview(data)[4:]
@@ -294,7 +293,7 @@ class MPITransport:
                 bmsg.Recv([buf, MPI.BYTE])
                 self.bytes_received += buf.nbytes
                 buffers.append(buf)
-        self.inbox.append(_tuple_new(Received, (source, [header], buffers)))
+        self._inbox.append(_tuple_new(Received, (source, [header], buffers)))
         return True
 
 

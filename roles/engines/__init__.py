@@ -1,22 +1,25 @@
-"""Generation engines a generator rank can drive (``torch``, ``vllm``)."""
+"""Generation engines a generator rank can drive (``torch``, ``vllm``), built from ``EngineConfig``."""
+
+from roles.engines.base import EngineConfig, Sample, SamplingConfig
 
 
-def make_engine(cfg, seed: int = 0, model=None):
-    """The engine the role map asks for, loaded from ``model.path``.
+def make_engine(config: EngineConfig, model, *, max_seqs: int, seed: int = 0, module=None):
+    """The engine ``config`` names, loaded from ``model`` (the role map's ``ModelConfig``).
 
-    ``model``: an in-memory module the torch engine samples with directly (colocated mode).
+    ``max_seqs``: sequences one generation batch decodes (prompts x samples).
+    ``module``: an in-memory model the torch engine samples with directly (colocated mode).
     """
-    engine = cfg.world.generator.engine
-    if engine == "torch":
+    if config.engine == "torch":
         from roles.engines.torch_engine import TorchEngine
 
-        if model is not None:
-            return TorchEngine(model)  # sample with the caller's module: shared, not copied
-        from roles.weights import DTYPES
-
-        return TorchEngine(cfg.model.path, dtype=DTYPES[cfg.model.dtype])
-    if engine == "vllm":
+        if module is not None:
+            return TorchEngine(module)  # sample with the caller's module: shared, not copied
+        return TorchEngine(model.path, dtype=model.torch_dtype())
+    if config.engine == "vllm":
         from roles.engines.vllm_engine import VllmEngine
 
-        return VllmEngine.from_role_map(cfg, seed=seed)
-    raise ValueError(f"world.generator.engine: unknown engine {engine!r}")
+        return VllmEngine.from_config(config, model, max_seqs=max_seqs, seed=seed)
+    raise ValueError(f"world.generator.engine: unknown engine {config.engine!r}")
+
+
+__all__ = ["EngineConfig", "Sample", "SamplingConfig", "make_engine"]

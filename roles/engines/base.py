@@ -9,10 +9,32 @@ by Hugging Face parameter name, without being rebuilt.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Protocol
+from typing import TYPE_CHECKING, Iterable, Literal, Protocol
 
 import numpy as np
-import torch
+from pydantic import Field, model_validator
+
+from roles.section import Section
+
+if TYPE_CHECKING:
+    import torch
+
+
+class EngineConfig(Section):
+    """Which engine a generator rank drives and its options (part of ``world.generator``)."""
+
+    engine: Literal["torch", "vllm"] = "torch"  # torch: our KV-cache sampler; vllm: in-process vllm.LLM
+    tensor_parallel: int = Field(1, gt=0)  # devices one vLLM engine spans (GPU only)
+    gpu_memory_utilization: float = Field(0.5, gt=0, le=1)  # vLLM's share of device memory
+    # vLLM: torch.compile the model (and CUDA graphs on GPUs). None = on GPUs, off on CPU, where
+    # compiling costs about a minute at start-up (docs/log.md has the figures).
+    compile: bool | None = None
+
+    @model_validator(mode="after")
+    def _vllm_only_options(self) -> "EngineConfig":
+        if self.engine != "vllm" and self.compile is not None:
+            raise ValueError(f"compile applies to engine: vllm only (engine is {self.engine!r})")
+        return self
 
 
 @dataclass

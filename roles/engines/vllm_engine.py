@@ -55,7 +55,7 @@ class VllmEngine:
     class Config:
         model: str  # folder with a Hugging Face causal LM (config.json, *.safetensors, tokenizer)
         dtype: str = "float32"  # float32 on CPU (log-probs match the trainer's); bfloat16 on GPUs
-        tensor_parallel_size: int = 1  # GPUs one engine spans (heads and MLP split); 1 on CPU
+        tensor_parallel: int = 1  # GPUs one engine spans (heads and MLP split); 1 on CPU
         gpu_memory_utilization: float = 0.5  # GPU: share of device memory for weights + KV cache
         kv_cache_gib: float | None = None  # KV cache; None: GPU what the share leaves, CPU 1 GiB
         max_model_len: int | None = None  # longest prompt + response; None = max_position_embeddings
@@ -63,9 +63,9 @@ class VllmEngine:
         # KV page in tokens; None = vLLM's (CPU 128, GPU 16). Only full pages are prefix-cached.
         block_size: int | None = None
         enable_prefix_caching: bool = True  # share the KV of a prompt's n samples; reset on each update
-        # None: eager on CPU (compiling costs ~1 min at start-up, then samples ~1.3x faster),
-        # torch.compile + CUDA graphs on GPUs.
-        enforce_eager: bool | None = None
+        # torch.compile the model (+ CUDA graphs on GPUs). None: on GPUs; off on CPU, where
+        # compiling costs about a minute at start-up (docs/log.md).
+        compile: bool | None = None
         seed: int = 0  # engine seed (vLLM also seeds the process's global RNGs with it)
         cpu_threads: int | None = None  # CPU: torch/OpenMP threads; None = OMP_NUM_THREADS, else 1
         extra: dict[str, Any] = field(default_factory=dict)  # other vllm.LLM keyword arguments, as is
@@ -78,18 +78,16 @@ class VllmEngine:
         self._param_names = _checkpoint_names(config.model)
 
     @classmethod
-    def from_role_map(cls, cfg, seed: int = 0) -> "VllmEngine":
-        """The engine a role map's generator section asks for (``world.generator.engine: vllm``)."""
-        g = cfg.world.generator
-        batch = cfg.generator_batch_prompts() * cfg.rollout.samples_per_prompt
+    def from_config(cls, engine, model, *, max_seqs: int, seed: int = 0) -> "VllmEngine":
+        """The engine of a role map's ``world.generator`` (``EngineConfig``) over its ``model:``."""
         return cls(
             cls.Config(
-                model=cfg.model.path,
-                dtype=cfg.model.dtype,
-                tensor_parallel_size=g.tensor_parallel,
-                gpu_memory_utilization=g.gpu_memory_utilization,
-                max_num_seqs=max(batch, 1),
-                enforce_eager=None if g.compile is None else not g.compile,
+                model=model.path,
+                dtype=model.dtype,
+                tensor_parallel=engine.tensor_parallel,
+                gpu_memory_utilization=engine.gpu_memory_utilization,
+                max_num_seqs=max(max_seqs, 1),
+                compile=engine.compile,
                 seed=seed,
             )
         )
@@ -213,12 +211,12 @@ def _build_llm(config: VllmEngine.Config):
     kwargs: dict[str, Any] = dict(
         model=config.model,
         dtype=config.dtype,
-        tensor_parallel_size=config.tensor_parallel_size,
+        tensor_parallel_size=config.tensor_parallel,
         gpu_memory_utilization=config.gpu_memory_utilization,
         max_model_len=config.max_model_len,
         max_num_seqs=config.max_num_seqs,
         enable_prefix_caching=config.enable_prefix_caching,
-        enforce_eager=on_cpu if config.enforce_eager is None else config.enforce_eager,
+        enforce_eager=on_cpu if config.compile is None else not config.compile,
         seed=config.seed,
         logprobs_mode="processed_logprobs",  # mu after temperature/top-p: see module doc
         max_logprobs=1,  # only the sampled token's log-prob is ever asked for

@@ -25,9 +25,28 @@ def task_class(name: str) -> type[Task]:
     return cls
 
 
+def task_section(value) -> TaskConfig:
+    """A role map's ``task: {name: ..., <the task's own options>}``, validated by that task's Config."""
+    from roles.section import field_error
+
+    if not isinstance(value, dict):
+        raise ValueError(f"a mapping with the task's name and options, got {type(value).__name__}")
+    if "name" not in value:
+        raise field_error(("name",), "required but missing (a built-in task: "
+                          f"{', '.join(sorted(TASKS))}; or package.module:Class)", value)
+    name = value["name"]
+    if not isinstance(name, str):
+        raise field_error(("name",), f"a task name is a string, got {name!r}", name)
+    try:
+        cls = task_class(name)
+    except plugins.PluginError as e:
+        raise field_error(("name",), str(e), name) from None
+    return cls.Config.model_validate(value)
+
+
 def build_task(config: TaskConfig, seed: int = 0) -> Task:
     """The task a role map's (validated) ``task`` section describes."""
     return task_class(config.name)(config, seed)
 
 
-__all__ = ["Example", "Task", "TaskConfig", "TaskDataError", "TASKS", "task_class", "build_task"]
+__all__ = ["Example", "Task", "TaskConfig", "TaskDataError", "TASKS", "task_class", "task_section", "build_task"]

@@ -157,12 +157,12 @@ class ArithTokens:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     def score(self, prompt: int | tuple[int, int] | ArithPrompt, response_ids) -> float:
-        """1.0 if the response is the exact answer followed by EOS (or by nothing), else 0.0."""
-        want = self.encode_answer(self.prompt(prompt))[:-1].tolist()
-        got = [int(i) for i in response_ids]
-        if got[: len(want)] != want:
-            return 0.0
-        return 1.0 if len(got) == len(want) or got[len(want)] == self.eos_id else 0.0
+        """``ArithExact`` on the response's text up to EOS, special tokens kept (a stray pad fails)."""
+        ids = [int(i) for i in response_ids]
+        if self.eos_id in ids:
+            ids = ids[: ids.index(self.eos_id)]
+        text = self.tokenizer.decode(ids, skip_special_tokens=False)
+        return ArithExact()(text, _example(self.prompt(prompt)))["score"]
 
     def accuracy(self, model, prompts: list[ArithPrompt], tokenizer=None) -> float:
         """Share of ``prompts`` the model answers exactly under greedy decoding (one batch)."""

@@ -170,12 +170,12 @@ def open_mailbox(comm):
     rank, even when the test failed half-way on some: peers are then not left waiting in
     their own close() for a rank that will never come.
     """
-    from runtime import Mailbox, Mesh
+    from runtime import Mailbox, RoleTable
 
     opened = []
 
     def open_(roles: list[str], **kwargs) -> Mailbox:
-        mb = Mailbox(Mesh(comm, roles), **kwargs)
+        mb = Mailbox(RoleTable(comm, roles), **kwargs)
         opened.append(mb)
         return mb
 

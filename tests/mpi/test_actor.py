@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from runtime import Actor, Mesh, Stop, handles
+from runtime import Actor, RoleTable, Stop, handles
 from transports import codec
 
 WAIT_S = 30.0
@@ -32,8 +32,8 @@ def roles_of(comm) -> list[str]:
     return ["boss"] + ["worker"] * (comm.Get_size() - 1)
 
 
-def mesh_of(comm) -> Mesh:
-    return Mesh(comm, roles_of(comm))
+def table_of(comm) -> RoleTable:
+    return RoleTable(comm, roles_of(comm))
 
 
 class Worker(Actor):
@@ -70,7 +70,7 @@ class Boss(Actor):
     @handles(Done)
     def on_done(self, env):
         self.done.setdefault(env.sender, []).append(env.msg.i)
-        if sum(map(len, self.done.values())) == self.k * self.mailbox.mesh.size("worker"):
+        if sum(map(len, self.done.values())) == self.k * self.mailbox.role_table.size("worker"):
             self.mailbox.send_role("worker", Stop("all work done"))
             self.stop("all work done")
 
@@ -157,12 +157,12 @@ def test_handler_exception_escapes_run(comm, open_mailbox):
 
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.timeout(60)
-def test_mesh_addresses(comm):
-    mesh = mesh_of(comm)
-    assert mesh.ranks("worker") == list(range(1, comm.size))
-    assert mesh.rank_of("boss") == 0 and mesh.whois(comm.size - 1) == ("worker", comm.size - 2)
-    assert mesh.role_comm.Get_size() == (1 if comm.rank == 0 else comm.size - 1)
+def test_role_table_addresses(comm):
+    table = table_of(comm)
+    assert table.ranks("worker") == list(range(1, comm.size))
+    assert table.rank_of("boss") == 0 and table.whois(comm.size - 1) == ("worker", comm.size - 2)
+    assert table.role_comm.Get_size() == (1 if comm.rank == 0 else comm.size - 1)
     with pytest.raises(KeyError, match="no rank plays role 'trainer'"):
-        mesh.rank_of("trainer")
+        table.rank_of("trainer")
     with pytest.raises(IndexError):
-        mesh.rank_of("worker", comm.size)
+        table.rank_of("worker", comm.size)

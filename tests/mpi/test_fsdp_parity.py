@@ -103,7 +103,7 @@ def test_trainers_skip_all_equal_groups_without_losing_step(base_config, layout)
     from mpi4py import MPI
 
     from launch import config
-    from roles.messages import Rollout
+    from roles.protocol import Rollout
     from roles.sharding import full_state, shard_model
     from roles.trainer import TrainerActor
     from transports.torch_dist import init_torch_distributed, new_group
@@ -136,10 +136,12 @@ def test_trainers_skip_all_equal_groups_without_losing_step(base_config, layout)
         raw["world"]["trainer"] = n_trainers
         raw["rollout"]["prompts_per_step"] = 6
         raw["algorithm"].update({"skip_zero_advantage": skip, "micro_batch": 4, "lr": 1e-2})
-        mesh = SimpleNamespace(rank=rank, role="trainer", index=0, size=lambda role: 0)
+        table = SimpleNamespace(rank=rank, role="trainer", index=0, size=lambda role: 0)
         policy = SimpleNamespace(model=model, local_params=lambda: [])
-        return TrainerActor(SimpleNamespace(mesh=mesh), config.parse(raw), policy, None, dp_group=dp_group,
-                            allreduce_grads=replicas)
+        cfg = config.parse(raw)
+        return TrainerActor(SimpleNamespace(role_table=table), cfg.algorithm, rollout=cfg.rollout,
+                            schedule=cfg.schedule(), routes=cfg.routes(), policy=policy, sender=None,
+                            dp_group=dp_group, allreduce_grads=replicas)
 
     result, err = None, None
     try:

@@ -214,10 +214,10 @@ def test_all_to_all_large_messages_do_not_deadlock(comm, hub_and_spokes):
     peers = [r for r in range(comm.size) if r != comm.rank]
     for i in range(n):
         for r in peers:
-            mb.send(mb.mesh.whois(r), Seq(i, np.full(size, comm.rank, np.uint8)))
+            mb.send(mb.role_table.whois(r), Seq(i, np.full(size, comm.rank, np.uint8)))
     got = receive(mb, n * len(peers))
     for env in got:
-        assert env.msg.data[0] == mb.mesh.rank_of(*env.sender)
+        assert env.msg.data[0] == mb.role_table.rank_of(*env.sender)
     mb.close(timeout_s=WAIT_S)
 
 

@@ -172,14 +172,18 @@ def test_two_fsdp_trainers_two_generators(world, kind, dtype, copy):
 
 def test_tensor_parallel_generators(world):
     """Generators 2 and 3 are the two tensor-parallel ranks of one engine: each gets its slice."""
+    from roles.models import spec_for, tp_need
     from roles.sharding import full_state, local_shards, shard_model
-    from transports.weights import Need, make_weight_transport
+    from transports.weights import make_weight_transport
 
     def body():
         rank = world.rank
         is_trainer = rank in TRAINERS
         model = shard_model(tiny_llama(torch.float32), world.trainers) if is_trainer else None
-        need = None if is_trainer else Need(tp_rank=rank - 2, tp_size=2)
+        need = None
+        if not is_trainer:  # the split rules come from the model family, as data
+            m = tiny_llama(torch.float32)
+            need = tp_need(spec_for(m), m.named_parameters(), tp_rank=rank - 2, tp_size=2)
         ep = make_weight_transport("torch", world.comm,
                                    shards=local_shards(model) if is_trainer else None, need=need,
                                    group=world.weights, bucket_bytes=2048, pack_below=512)

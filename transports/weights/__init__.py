@@ -12,6 +12,10 @@ other ranks, which pass neither ``shards`` nor ``need`` and get None)::
     if receiver.ready(): engine.load_weights(receiver.finish())   # at a batch boundary
     receiver.start(version + 1)    # once loaded: the staging buffers are free again
 
+A tensor-parallel generator passes ``Need(tp_rank, tp_size, split_dims)``, where
+``split_dims`` lists ``(parameter name, dim)`` for each parameter that is split: the rules are
+data handed in by the caller, the transport knows no model family.
+
 Set-up errors on any rank (bad device, 0-d parameter, ...) are raised on every rank of ``comm``,
 so no rank is left waiting in the exchange.
 """
@@ -26,12 +30,12 @@ from mpi4py import MPI
 from .endpoints import Channel, SyncStats, WeightReceiver, WeightSender
 from .mpi_buffers import MPIChannel, mpi_cuda_aware
 from .p2p import TorchChannel
-from .plan import (DEFAULT_BUCKET_BYTES, LocalShard, Need, ShardMeta, TransferPlan, build_plan,
-                   default_pack_below, llama_tp_dim)
+from .plan import (DEFAULT_BUCKET_BYTES, Bucket, LocalShard, Need, ShardMeta, TransferPlan,
+                   build_plan, default_pack_below)
 
-__all__ = ["Channel", "LocalShard", "MPIChannel", "Need", "ShardMeta", "SyncStats",
+__all__ = ["Bucket", "Channel", "LocalShard", "MPIChannel", "Need", "ShardMeta", "SyncStats",
            "TorchChannel", "TransferPlan", "WeightReceiver", "WeightSender", "build_plan",
-           "gather_plan", "llama_tp_dim", "make_weight_transport", "mpi_cuda_aware"]
+           "gather_plan", "make_weight_transport", "mpi_cuda_aware"]
 
 
 def gather_plan(comm: MPI.Comm, rank: int, *, shards: Iterable[LocalShard] | None = None,

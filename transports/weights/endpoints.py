@@ -18,7 +18,7 @@ from typing import Any, Iterable, Protocol
 
 import torch
 
-from .plan import (LocalShard, Message, TransferPlan, box_shape, byte_view, dest_index, layout,
+from .plan import (Bucket, LocalShard, TransferPlan, box_shape, byte_view, dest_index, layout,
                    pack, shard_slice, to_dtype, typed_view, unpack)
 
 
@@ -89,14 +89,15 @@ class WeightSender:
         self.rank = channel.rank
         if self.rank not in plan.trainers:
             raise ValueError(f"rank {self.rank} is not a trainer of this plan {plan.trainers}")
-        self._msgs = plan.sends(self.rank)
+        self._buckets = plan.sends(self.rank)
         # Each trainer walks the generators from a different starting point, so that at any
         # moment the trainers feed different generators instead of queueing on the same one.
         turn = plan.trainers.index(self.rank)
-        self._dsts = [m.dsts[turn % len(m.dsts):] + m.dsts[:turn % len(m.dsts)] for m in self._msgs]
-        self._inplace = [not copy and self._whole_rows(m) for m in self._msgs]
-        self._offs, self._total = layout(0 if inp else m.nbytes
-                                         for m, inp in zip(self._msgs, self._inplace))
+        self._dsts = [bk.dsts[turn % len(bk.dsts):] + bk.dsts[:turn % len(bk.dsts)]
+                      for bk in self._buckets]
+        self._inplace = [not copy and self._whole_rows(bk) for bk in self._buckets]
+        self._offs, self._total = layout(0 if inp else bk.nbytes
+                                         for bk, inp in zip(self._buckets, self._inplace))
         self._arena: torch.Tensor | None = None  # allocated at the first push, on the shards' device
         self._handles: list[Any] = []
         self._handle_dsts = [d for dsts in self._dsts for d in dsts]  # each send's peer, in order
@@ -112,15 +113,15 @@ class WeightSender:
             self._arena = torch.empty(self._total, dtype=torch.uint8, device=device)
         t0 = time.perf_counter()
         handles = []
-        for msg, dsts, off, inplace in zip(self._msgs, self._dsts, self._offs, self._inplace):
+        for bucket, dsts, off, inplace in zip(self._buckets, self._dsts, self._offs, self._inplace):
             if inplace:
-                pc = msg.pieces[0]
+                pc = bucket.pieces[0]
                 s = by_name[pc.name]
                 flat = byte_view(shard_slice(s.tensor, s.offset, pc.box).contiguous())
             else:
-                flat = self._arena[off:off + msg.nbytes]
-                pack(msg, flat, by_name)  # pipelined: earlier messages are on the wire meanwhile
-            handles += [self.channel.isend(flat, dst, msg.tag) for dst in dsts]
+                flat = self._arena[off:off + bucket.nbytes]
+                pack(bucket, flat, by_name)  # pipelined: earlier buckets are on the wire meanwhile
+            handles += [self.channel.isend(flat, dst, bucket.tag) for dst in dsts]
         self._handles, self._t0 = handles, t0
         self.stats = SyncStats(version, self.plan.nbytes_from(self.rank), len(handles),
                                post_s=time.perf_counter() - t0)
@@ -153,11 +154,11 @@ class WeightSender:
 
         return optimizer.register_step_pre_hook(wait_for_sends)
 
-    def _whole_rows(self, msg: Message) -> bool:
+    def _whole_rows(self, bucket: Bucket) -> bool:
         """One piece covering whole rows of the parameter: contiguous in the local shard."""
-        if len(msg.pieces) != 1:
+        if len(bucket.pieces) != 1:
             return False
-        pc = msg.pieces[0]
+        pc = bucket.pieces[0]
         return box_shape(pc.box)[1:] == self.plan.spec(pc.name).shape[1:]
 
     def _check(self, by_name: dict[str, LocalShard]) -> torch.device:
@@ -201,22 +202,22 @@ class WeightReceiver:
         self._arena = torch.empty(total, dtype=torch.uint8, device=self.device)
         self._staging = {p.name: typed_view(self._arena, o, to_dtype(p.dtype), s)
                          for p, o, s in zip(specs, offs, shapes)}
-        # Single-piece messages land in place (a piece is whole rows of the staging tensor);
+        # Single-piece buckets land in place (a piece is whole rows of the staging tensor);
         # multi-piece ones go through a flat buffer and are unpacked on arrival.
-        msgs = plan.recvs(self.rank)
-        packed = [m for m in msgs if len(m.pieces) > 1]
-        poffs, ptotal = layout(m.nbytes for m in packed)
+        buckets = plan.recvs(self.rank)
+        packed = [bk for bk in buckets if len(bk.pieces) > 1]
+        poffs, ptotal = layout(bk.nbytes for bk in packed)
         self._pack_arena = torch.empty(ptotal, dtype=torch.uint8, device=self.device)
-        pbuf = {id(m): self._pack_arena[o:o + m.nbytes] for m, o in zip(packed, poffs)}
-        self._targets: list[tuple[Message, torch.Tensor, bool]] = []
-        for m in msgs:
-            if id(m) in pbuf:
-                self._targets.append((m, pbuf[id(m)], True))
+        pbuf = {id(bk): self._pack_arena[o:o + bk.nbytes] for bk, o in zip(packed, poffs)}
+        self._targets: list[tuple[Bucket, torch.Tensor, bool]] = []
+        for bk in buckets:
+            if id(bk) in pbuf:
+                self._targets.append((bk, pbuf[id(bk)], True))
             else:
-                pc = m.pieces[0]
+                pc = bk.pieces[0]
                 view = self._staging[pc.name][dest_index(pc, self._need[pc.name])]
-                self._targets.append((m, byte_view(view), False))
-        self._srcs = [m.src for m, _, _ in self._targets]  # each receive's peer, in order
+                self._targets.append((bk, byte_view(view), False))
+        self._srcs = [bk.src for bk, _, _ in self._targets]  # each receive's peer, in order
         self._nbytes = plan.nbytes_to(self.rank)
         self._pollable = channel.pollable(self.device)
         self._handles: list[Any] = []
@@ -246,7 +247,7 @@ class WeightReceiver:
         t0 = time.perf_counter()
         self.version, self._t0, self._t_in, self._done, self._error = version, t0, 0.0, 0, None
         self._all_in.clear()
-        self._handles = [self.channel.irecv(buf, m.src, m.tag) for m, buf, _ in self._targets]
+        self._handles = [self.channel.irecv(buf, bk.src, bk.tag) for bk, buf, _ in self._targets]
         if not self._pollable:  # gloo: completion is only visible through a blocking wait
             self._thread = threading.Thread(target=self._wait_all, name="weight-recv", daemon=True)
             self._thread.start()
@@ -287,9 +288,9 @@ class WeightReceiver:
         return [(p.name, self._staging[p.name]) for p in self.plan.params]
 
     def _unpack_next(self) -> None:
-        msg, buf, packed = self._targets[self._done]
+        bucket, buf, packed = self._targets[self._done]
         if packed:
-            unpack(msg, buf, self._staging, self._need)
+            unpack(bucket, buf, self._staging, self._need)
         self._done += 1
         if self._done == len(self._handles):
             self._t_in = time.perf_counter()

@@ -1,9 +1,10 @@
 """Weight channel over torch.distributed point-to-point: gloo on CPU, NCCL on GPU.
 
 Ranks are torch.distributed global ranks. ``group`` is a process group of the trainers and
-generators (or None: the default group). Each message is one ``isend``/``irecv`` of a flat
-uint8 tensor; messages between one trainer and one generator are posted in the same order on
-both ends, so they match in order (gloo also matches them by tag; NCCL ignores tags).
+generators (or None: the default group). A bucket travels to each of its generators as one
+``isend``/``irecv`` of a flat uint8 tensor; messages between one trainer and one generator are
+posted in the same order on both ends, so they match in order (gloo also matches them by tag;
+NCCL ignores tags).
 """
 
 from __future__ import annotations

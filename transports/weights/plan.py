@@ -6,18 +6,22 @@ tensor-parallel slice. Every rank computes the plan from the same metadata with 
 function, so trainers and generators agree on it without exchanging it.
 
 A piece is the intersection of a trainer's rows with a generator's box. Pieces travel in
-messages of at most ``bucket_bytes``: a piece of ``pack_below`` bytes or more gets messages of
-its own (split by rows), which the generator receives straight into its staging tensor because
-a piece is always whole rows of the box it lands in; smaller pieces bound for the same generators
-share a flat message and are unpacked on arrival. A message bound for several generators (every
-full-weight generator wants the same bytes) is packed once and sent to each.
+buckets: flat buffers of at most ``bucket_bytes``, each sent point-to-point from one trainer
+to a set of generators. A piece of ``pack_below`` bytes or more gets buckets of its own (split
+by rows), which the generator receives straight into its staging tensor because a piece is
+always whole rows of the box it lands in; smaller pieces bound for the same generators share a
+bucket and are unpacked on arrival. A bucket bound for several generators (every full-weight
+generator wants the same bytes) is packed once and sent to each: one message per generator.
+
+The plan knows no model family: which dims tensor parallelism splits comes in as data
+(``Need.split_dims``).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, NamedTuple
+from typing import Iterable, NamedTuple
 
 import torch
 
@@ -65,35 +69,43 @@ class ShardMeta:
         return ShardMeta(name, shape, dtype_name(t.dtype), int(offset), int(offset + t.shape[0]))
 
 
-def llama_tp_dim(name: str, ndim: int) -> int | None:
-    """Megatron-style split of a Hugging Face Llama parameter: dim to slice, or None (replicate)."""
-    if ndim == 2 and name.endswith(("o_proj.weight", "down_proj.weight")):
-        return 1  # row-parallel: input features are split
-    if name.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "gate_proj.weight",
-                      "up_proj.weight", "q_proj.bias", "k_proj.bias", "v_proj.bias",
-                      "embed_tokens.weight", "lm_head.weight")):
-        return 0  # column-parallel (and vocab-parallel embedding / head)
-    return None
-
-
-TP_RULES: dict[str, Callable[[str, int], int | None]] = {"llama": llama_tp_dim}
-
-
 @dataclass(frozen=True)
 class Need:
-    """What one generator wants: full weights (tp_size 1) or its tensor-parallel slice."""
+    """What one generator wants: full weights (tp_size 1) or its tensor-parallel slice.
+
+    ``split_dims`` holds the split as data: ``(parameter name, dim)`` for each parameter that
+    tensor parallelism cuts (the roles side derives it from the model family); a parameter not
+    listed is replicated. A tuple, so a Need stays hashable; it travels by pickle through the
+    plan exchange's allgather.
+    """
 
     tp_rank: int = 0
     tp_size: int = 1
-    tp_rule: str = "llama"  # key of TP_RULES: which dim of each parameter is split
+    split_dims: tuple[tuple[str, int], ...] = ()
+    _dims: dict[str, int] = field(init=False, repr=False, compare=False)  # split_dims by name
+
+    def __post_init__(self):
+        if not 0 <= self.tp_rank < self.tp_size:
+            raise ValueError(f"tp_rank {self.tp_rank} is not a rank of tp_size {self.tp_size}")
+        # Without split dims every tensor-parallel rank would silently get the whole model.
+        if self.tp_size > 1 and not self.split_dims:
+            raise ValueError(f"tp_size {self.tp_size} needs split_dims: which dim of which "
+                             f"parameter is split")
+        object.__setattr__(self, "split_dims", tuple((str(n), int(d)) for n, d in self.split_dims))
+        object.__setattr__(self, "_dims", dict(self.split_dims))
+
+    def __reduce__(self):  # the lookup table is rebuilt on arrival, not sent
+        return Need, (self.tp_rank, self.tp_size, self.split_dims)
 
     def box(self, name: str, shape: tuple[int, ...]) -> Box:
         full = tuple((0, s) for s in shape)
         if self.tp_size == 1:
             return full
-        dim = TP_RULES[self.tp_rule](name, len(shape))
+        dim = self._dims.get(name)
         if dim is None:
             return full
+        if not 0 <= dim < len(shape):
+            raise ValueError(f"{name}: split dim {dim} of a {len(shape)}-d parameter")
         a, b = chunk_range(shape[dim], self.tp_size, self.tp_rank)
         return full[:dim] + ((a, b),) + full[dim + 1:]
 
@@ -113,12 +125,14 @@ class ParamSpec:
 class Piece:
     name: str
     box: Box  # global coordinates; dims >= 1 always equal the generator's need box
-    offset: int  # byte offset inside its message
+    offset: int  # byte offset inside its bucket
     nbytes: int
 
 
 @dataclass(frozen=True)
-class Message:
+class Bucket:
+    """One flat buffer of pieces, sent point-to-point from one trainer to a set of generators."""
+
     src: int  # trainer rank (in the transport's rank space)
     dsts: tuple[int, ...]  # generator ranks that receive the same bytes
     tag: int  # index in src's send order; also the point-to-point tag
@@ -133,7 +147,7 @@ class TransferPlan:
     generators: tuple[int, ...]  # sorted ranks
     held: dict[int, dict[str, tuple[int, int]]]  # trainer rank -> name -> rows it holds
     needs: dict[int, dict[str, Box]]  # generator rank -> parameter name -> box it wants
-    messages: tuple[Message, ...]  # sorted by (tag, src)
+    buckets: tuple[Bucket, ...]  # sorted by (tag, src)
     bucket_bytes: int
     pack_below: int
     _by_name: dict[str, ParamSpec] = field(default_factory=dict, repr=False, compare=False)
@@ -144,20 +158,20 @@ class TransferPlan:
     def spec(self, name: str) -> ParamSpec:
         return self._by_name[name]
 
-    def sends(self, rank: int) -> list[Message]:
-        """Messages ``rank`` sends, in send order."""
-        return [m for m in self.messages if m.src == rank]
+    def sends(self, rank: int) -> list[Bucket]:
+        """Buckets ``rank`` sends, in send order."""
+        return [bk for bk in self.buckets if bk.src == rank]
 
-    def recvs(self, rank: int) -> list[Message]:
-        """Messages ``rank`` receives, in (tag, src) order: the trainers interleave."""
-        return [m for m in self.messages if rank in m.dsts]
+    def recvs(self, rank: int) -> list[Bucket]:
+        """Buckets ``rank`` receives, in (tag, src) order: the trainers interleave."""
+        return [bk for bk in self.buckets if rank in bk.dsts]
 
     def nbytes_to(self, rank: int) -> int:
-        return sum(p.nbytes for m in self.recvs(rank) for p in m.pieces)
+        return sum(p.nbytes for bk in self.recvs(rank) for p in bk.pieces)
 
     def nbytes_from(self, rank: int) -> int:
-        """Payload bytes ``rank`` puts on the wire (a message to k generators counts k times)."""
-        return sum(p.nbytes * len(m.dsts) for m in self.sends(rank) for p in m.pieces)
+        """Payload bytes ``rank`` puts on the wire (a bucket to k generators counts k times)."""
+        return sum(p.nbytes * len(bk.dsts) for bk in self.sends(rank) for p in bk.pieces)
 
 
 def build_plan(
@@ -185,7 +199,7 @@ def build_plan(
     need_boxes = {g: {p.name: needs[g].box(p.name, p.shape) for p in params} for g in generators}
     owned = {p.name: _owners(p, {t: held[t][p.name] for t in trainers}) for p in params}
 
-    messages: list[Message] = []
+    buckets: list[Bucket] = []
     for t in trainers:
         items = []  # (name, box, dsts) in parameter order
         for p in params:
@@ -197,9 +211,9 @@ def build_plan(
                     if lo < hi and all(x < y for x, y in nb[1:]):
                         by_box.setdefault(((lo, hi),) + nb[1:], []).append(g)
                 items += [(p, box, tuple(ds)) for box, ds in by_box.items()]
-        messages += _bucket(t, items, bucket_bytes, pack_below)
-    messages.sort(key=lambda m: (m.tag, m.src))
-    return TransferPlan(params, trainers, generators, held, need_boxes, tuple(messages),
+        buckets += _fill_buckets(t, items, bucket_bytes, pack_below)
+    buckets.sort(key=lambda bk: (bk.tag, bk.src))
+    return TransferPlan(params, trainers, generators, held, need_boxes, tuple(buckets),
                         bucket_bytes, pack_below)
 
 
@@ -239,13 +253,13 @@ def _owners(p: ParamSpec, held: dict[int, tuple[int, int]]) -> dict[int, list[tu
     return out
 
 
-def _bucket(src: int, items, bucket_bytes: int, pack_below: int) -> list[Message]:
-    msgs: list[Message] = []
+def _fill_buckets(src: int, items, bucket_bytes: int, pack_below: int) -> list[Bucket]:
+    out: list[Bucket] = []
     open_: dict[tuple[int, ...], list[Piece]] = {}  # dsts -> pieces of the bucket being filled
     size: dict[tuple[int, ...], int] = {}
 
     def emit(dsts, pieces, nbytes):
-        msgs.append(Message(src, dsts, len(msgs), tuple(pieces), nbytes))
+        out.append(Bucket(src, dsts, len(out), tuple(pieces), nbytes))
 
     for p, box, dsts in items:
         row_bytes = p.itemsize * math.prod(b - a for a, b in box[1:])
@@ -253,7 +267,7 @@ def _bucket(src: int, items, bucket_bytes: int, pack_below: int) -> list[Message
         nbytes = rows * row_bytes
         if nbytes == 0:
             continue
-        if nbytes >= pack_below:  # own messages, split by rows; one row may exceed the bucket
+        if nbytes >= pack_below:  # own buckets, split by rows; one row may exceed bucket_bytes
             step = max(1, bucket_bytes // row_bytes)
             for a in range(box[0][0], box[0][1], step):
                 b = min(a + step, box[0][1])
@@ -268,7 +282,7 @@ def _bucket(src: int, items, bucket_bytes: int, pack_below: int) -> list[Message
         size[dsts] = off + nbytes
     for dsts, pieces in open_.items():
         emit(dsts, pieces, size[dsts])
-    return msgs
+    return out
 
 
 # ---- helpers shared by both transports and the tests ------------------------------------
@@ -325,18 +339,18 @@ def shard_slice(tensor: torch.Tensor, row0: int, box: Box) -> torch.Tensor:
     return tensor[(slice(a - row0, b - row0),) + tuple(slice(x, y) for x, y in rest)]
 
 
-def pack(msg: Message, flat: torch.Tensor, shards: dict[str, LocalShard]) -> None:
-    """Copy the pieces of ``msg`` from the trainer's local shards into ``flat`` (uint8)."""
-    for pc in msg.pieces:
+def pack(bucket: Bucket, flat: torch.Tensor, shards: dict[str, LocalShard]) -> None:
+    """Copy the pieces of ``bucket`` from the trainer's local shards into ``flat`` (uint8)."""
+    for pc in bucket.pieces:
         s = shards[pc.name]
         typed_view(flat, pc.offset, s.tensor.dtype, box_shape(pc.box)).copy_(
             shard_slice(s.tensor, s.offset, pc.box))
 
 
-def unpack(msg: Message, flat: torch.Tensor, staging: dict[str, torch.Tensor],
+def unpack(bucket: Bucket, flat: torch.Tensor, staging: dict[str, torch.Tensor],
            need: dict[str, Box]) -> None:
-    """Copy the pieces of ``msg`` from ``flat`` into the generator's staging tensors."""
-    for pc in msg.pieces:
+    """Copy the pieces of ``bucket`` from ``flat`` into the generator's staging tensors."""
+    for pc in bucket.pieces:
         dst = staging[pc.name]
         dst[dest_index(pc, need[pc.name])].copy_(
             typed_view(flat, pc.offset, dst.dtype, box_shape(pc.box)))

@@ -1,7 +1,7 @@
 """Which rank plays which role, and a communicator per role.
 
 Code addresses peers by role ("all generators", "trainer 0"), never by raw rank numbers:
-the mesh turns ``(role, index)`` into a world rank in one place.
+the role table turns ``(role, index)`` into a world rank in one place.
 """
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from __future__ import annotations
 from mpi4py import MPI
 
 
-class Mesh:
+class RoleTable:
     def __init__(self, comm: MPI.Comm, roles_by_rank: list[str]):
         """``roles_by_rank[r]`` is the role of rank ``r`` of ``comm``; every rank passes the same list.
 
-        Collective: every rank of ``comm`` must construct the mesh (it splits ``comm``).
+        Collective: every rank of ``comm`` must construct the table (it splits ``comm``).
         """
         if len(roles_by_rank) != comm.Get_size():
             raise ValueError(
@@ -42,7 +42,7 @@ class Mesh:
         if not ranks:
             raise KeyError(f"no rank plays role {role!r} (roles: {', '.join(self.role_names)})")
         if not 0 <= index < len(ranks):
-            raise IndexError(f"{role} {index} does not exist: the mesh has {len(ranks)} {role} rank(s)")
+            raise IndexError(f"{role} {index} does not exist: the role table has {len(ranks)} {role} rank(s)")
         return ranks[index]
 
     def whois(self, rank: int) -> tuple[str, int]:

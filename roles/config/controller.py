@@ -1,0 +1,18 @@
+"""The ``run:`` section: the loop ``roles.controller.ControllerActor`` drives.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from roles.section import Section
+
+class ControllerConfig(Section):
+    """The role map's ``run:`` section: the loop the controller drives."""
+
+    steps: int = Field(gt=0)  # trainer steps before the controller stops the job
+    max_staleness: int = Field(1, ge=0)  # 0 = on-policy; k = generate with weights <= k versions old
+    seed: int = 0  # seeds the data order, each batch's sampling and every rank's RNGs
+    out: str = "runs/default"  # metrics.jsonl, summary.json, traces go here
+    progress: bool = True  # progress bar on the controller's terminal
+    timeout_s: float = Field(3600.0, gt=0)  # a step that makes no progress this long aborts the job

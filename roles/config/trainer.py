@@ -1,0 +1,44 @@
+"""The ``algorithm:`` section: the loss (``roles.losses``), the advantage (``roles.advantages``)
+and the optimisation of ``roles.trainer.TrainerActor``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from roles.section import Section
+
+class LossConfig(Section):
+    """The loss of a training step (part of the role map's ``algorithm:`` section)."""
+
+    loss: Literal["aipo", "grpo"] = "aipo"  # aipo: ratio clipped from above only (LlamaRL)
+    rho: float = Field(4.0, ge=1)  # AIPO's clip on the importance ratio pi/mu; paper: 2..10
+    clip_eps: float = Field(0.2, gt=0, lt=1)  # GRPO's PPO clip range: ratio kept in [1-eps, 1+eps]
+    # GRPO's weight of the k3 KL to the reference policy (the model.path weights, kept frozen on
+    # every training rank, sharded like the policy). 0 = no reference model is loaded.
+    kl_coef: float = Field(0.0, ge=0)
+
+    @model_validator(mode="after")
+    def _kl_with_grpo(self) -> "LossConfig":
+        if self.kl_coef and self.loss != "grpo":
+            raise ValueError(
+                f"algorithm.kl_coef ({self.kl_coef}) applies to loss: grpo only (AIPO has no KL term); "
+                f"loss is {self.loss!r}"
+            )
+        return self
+
+
+class TrainerConfig(LossConfig):
+    """The role map's ``algorithm:`` section: the loss, the advantage and the optimisation."""
+
+    advantage: Literal["group_mean", "group_std", "leave_one_out"] = "group_mean"  # baseline
+    lr: float = Field(3.0e-5, gt=0)  # AdamW learning rate
+    weight_decay: float = Field(0.0, ge=0)  # AdamW's decoupled weight decay
+    grad_clip: float = Field(1.0, ge=0)  # max gradient norm; 0 disables clipping
+    micro_batch: int = Field(64, gt=0)  # sequences per forward/backward (gradient accumulation)
+    # Leave out of the forward/backward the groups whose samples all scored the same: their
+    # advantages are 0, so the update is unchanged and their compute is saved. (Not with a KL
+    # term, which such samples still feed.)
+    skip_zero_advantage: bool = True

@@ -1,0 +1,81 @@
+"""The policy as a training rank holds it: loaded from ``model.path``, sharded over the trainers.
+
+- one trainer: the whole model (it owns every row of the weight sync's plan);
+- several trainers: FSDP2 shards over the trainers' group, each pushing only its rows;
+- colocated ranks: full replicas (gradients all-reduced), no weight transfer at all.
+
+Knows nothing of messages or generators; ``roles.weights`` builds the transport from
+:meth:`Policy.local_params`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from roles.sharding import full_state, local_shards, shard_model
+
+
+@dataclass
+class Policy:
+    """The trained model as a training rank holds it (whole, or its FSDP2 shard)."""
+
+    model: torch.nn.Module
+    tokenizer_dir: str
+    sharded: bool
+    # The frozen starting weights, sharded like ``model``: GRPO's KL anchor (kl_coef > 0 only).
+    reference: torch.nn.Module | None = None
+
+    def local_params(self):
+        """What this rank sends in a weight sync: its rows of every parameter (no copy)."""
+        return local_shards(self.model)
+
+    def named_full_params(self):
+        """Whole parameters by Hugging Face name (replicas only; for a local engine reload)."""
+        return [(n, p.detach()) for n, p in self.model.named_parameters()]
+
+    def save(self, out_dir: str | Path, is_leader: bool) -> None:
+        """Write a Hugging Face folder. Collective over the trainers when sharded.
+
+        Written by hand rather than with ``save_pretrained``, which under torch.distributed
+        writes only on torch rank 0 (here the controller, which holds no model).
+        """
+        from safetensors.torch import save_file
+        from transformers import AutoTokenizer
+
+        state = full_state(self.model) if self.sharded else None
+        if not is_leader:
+            return
+        if state is None:
+            state = {n: p.detach() for n, p in self.model.named_parameters()}
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        save_file({n: t.contiguous() for n, t in state.items()}, str(out / "model.safetensors"),
+                  metadata={"format": "pt"})
+        self.model.config.save_pretrained(out)
+        if getattr(self.model, "generation_config", None) is not None:
+            self.model.generation_config.save_pretrained(out)
+        AutoTokenizer.from_pretrained(self.tokenizer_dir).save_pretrained(out)
+
+
+def load_model(model) -> torch.nn.Module:
+    """The Hugging Face causal LM of a ``ModelConfig``, in its dtype."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(model.path, dtype=model.torch_dtype())
+
+
+def load_policy(model, group, *, shard: bool, reference: bool) -> Policy:
+    """Load the policy (and, with ``reference``, its frozen copy) and shard both over ``group``.
+
+    Collective over ``group`` when ``shard`` (FSDP2 keeps each rank's rows of what it loaded).
+    """
+    policy = load_model(model)
+    frozen = load_model(model).requires_grad_(False).eval() if reference else None
+    if shard:
+        policy = shard_model(policy, group)
+        if frozen is not None:
+            frozen = shard_model(frozen, group)
+    return Policy(policy, model.path, shard, frozen)

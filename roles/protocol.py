@@ -1,0 +1,282 @@
+"""The protocol of one RL step: its messages, who sends them to whom, and the version rules.
+
+Read this module top to bottom to know how a step flows; the roles (``controller``,
+``generator``, ``reward``, ``trainer``, ``colocated``) call it instead of re-deriving any rule.
+
+1. **Prompt batches and the staleness gate.** The controller sends the prompts of step ``s``
+   once the trainers have reached version ``s - max_staleness`` (:meth:`Schedule.can_send`),
+   as :class:`PromptBatch` messages tagged with that minimum version
+   (:meth:`Schedule.min_version`); batches go round-robin over the generators
+   (:meth:`Routes.generator_for`). ``max_staleness`` 0 is synchronous on-policy; 1 is
+   LlamaRL's one-step off-policy. Group ``i`` of step ``s`` has id ``s * prompts_per_step + i``
+   (:func:`group_ids`); evaluation groups have negative ids (:func:`eval_group_ids`).
+2. **Rollout routing.** A generator samples a batch with weights at least ``min_version`` new
+   and sends each group as a :class:`Rollout` to reward rank ``group_id % rewards``
+   (:meth:`Routes.reward_for`), then a :class:`BatchDone` notice to the controller. The reward
+   rank scores it and forwards a training group to training rank ``group_id % trainers``
+   (:meth:`Routes.trainer_for`) with a :class:`Scored` notice to the controller; an evaluation
+   group goes back to the controller only, as :class:`EvalScored`.
+3. **The weight-version handshake.** Version ``v`` is the policy after ``v`` optimizer steps.
+   A generator holding version ``v`` has its receives for ``v + 1`` posted already (never past
+   :attr:`Schedule.last_pushed_version`: a posted gloo receive cannot be taken back). After
+   each step but the last (:meth:`Schedule.pushes`), training rank 0 announces
+   :class:`WeightsPushed` to every generator, then every training rank pushes its shards.
+   Announcements come one by one (:meth:`Schedule.check_announcement`); a generator swaps a
+   finished transfer in at a batch boundary and blocks only when a batch demands a version it
+   lacks. Training rank 0 then sends :class:`StepDone` to the controller.
+4. **The stop sequence.** After the last step (and the final evaluation, if any) the controller
+   sends :class:`FinalVersion` to the generators — each takes in every version up to it, so
+   no trainer send is left hanging — writes the summary, and sends ``Stop`` to every rank
+   (:func:`stop_everyone`).
+
+Rollouts go from role to role; the controller sees only small notices (counts, timings,
+metrics), never a rollout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import numpy as np
+
+from roles.config.rollout import RolloutConfig
+from runtime import Address, Stop
+from transports.codec import message
+
+# --------------------------------------------------------------------------- purposes
+
+# What a batch (and the rollouts sampled from it) is for. Training groups go on to a trainer;
+# evaluation groups come back to the controller as EvalScored and no trainer ever sees them.
+TRAIN, EVAL_GREEDY, EVAL_SAMPLED = "train", "eval_greedy", "eval_sampled"
+PURPOSES = (TRAIN, EVAL_GREEDY, EVAL_SAMPLED)
+
+
+# ------------------------------------------------------------------------------ messages
+
+
+@message
+class PromptBatch:
+    """Controller -> generator: prompts to sample, all for one trainer step (or one eval round)."""
+
+    batch_id: int
+    step: int  # the trainer step that will consume these groups (an eval: the steps done)
+    min_version: int  # generate only with weights at least this new (the staleness bound)
+    example_ids: list[int]  # task example ids, so the reward rank can find the answers
+    group_ids: list[int]  # step * prompts_per_step + position: fixes each group's trainer
+    prompts: list[np.ndarray]  # int32 token ids, one array per prompt
+    samples_per_prompt: int
+    seed: int
+    purpose: str = TRAIN  # one of PURPOSES
+    eval_round: int = -1  # which evaluation this batch belongs to (-1: training)
+    temperature: float | None = None  # overrides rollout.temperature (0 = greedy, for eval)
+    max_new_tokens: int | None = None  # overrides rollout.max_new_tokens
+
+
+@message
+class Rollout:
+    """One group: the n samples of one prompt, as generated and (after the reward rank) scored."""
+
+    example_id: int  # the task example the prompt came from
+    group_id: int  # step * prompts_per_step + position in the step; unique per run
+    step: int  # the trainer step this group is for
+    prompt_ids: np.ndarray  # int32 prompt token ids
+    response_ids: list[np.ndarray]  # int32, one array per sample (EOS included if sampled)
+    logprobs: list[np.ndarray]  # float32 behaviour log-probs mu, one per response token
+    finish_reasons: list[str]  # "stop" or "length" per sample
+    policy_version: int  # version of the weights that sampled it
+    rewards: list[float] | None = None  # set by the reward rank
+    timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
+    purpose: str = TRAIN  # copied from the PromptBatch: train, or an evaluation pass
+    eval_round: int = -1
+
+
+@message
+class WeightsPushed:
+    """Training rank 0 -> every generator: the weights of ``version`` are on their way."""
+
+    version: int
+
+
+@message
+class BatchDone:
+    """Generator -> controller: a batch went out to the reward ranks."""
+
+    batch_id: int
+    step: int
+    groups: int
+    tokens: int  # response tokens generated
+    policy_version: int
+    generate_s: float  # seconds inside the engine
+    wait_s: float  # seconds idle waiting for required weights
+    weight_load_s: float  # seconds to apply received weights (the generator's stall per sync)
+    weight_syncs: int  # weight versions applied since the last BatchDone
+    eval_round: int = -1  # an evaluation batch: its round (its time is the eval's, not the step's)
+
+
+@message
+class Scored:
+    """Reward -> controller: what it saw in the training groups it scored and forwarded.
+
+    Sums, not means, so the controller can add up the notices of a step from several ranks.
+    """
+
+    step: int
+    groups: int
+    score_s: float
+    failures: int  # reward components that raised: scored 0
+    timeouts: int  # responses whose scoring ran past reward.timeout_s: scored 0
+    samples: int = 0
+    reward_sum: float = 0.0
+    correct_sum: float = 0.0  # the reward's "correct" component (see roles.rewards.base)
+    components: dict[str, float] = field(default_factory=dict)  # per component: sum of scores
+    length_sum: int = 0  # response tokens
+    length_max: int = 0
+    clipped: int = 0  # responses cut at max_new_tokens (finish reason "length")
+    zero_advantage_groups: int = 0  # groups whose samples all scored the same
+
+
+@message
+class EvalScored:
+    """Reward -> controller: one scored evaluation group (never forwarded to a trainer)."""
+
+    eval_round: int
+    example_id: int
+    purpose: str  # EVAL_GREEDY or EVAL_SAMPLED
+    policy_version: int
+    scores: list[float]
+    correct: list[float]
+    lengths: list[int]
+    clipped: int
+    failures: int
+    timeouts: int
+    score_s: float
+
+
+@message
+class StepDone:
+    """Training rank 0 -> controller: one optimizer step finished; version is the new policy."""
+
+    step: int
+    version: int
+    metrics: dict[str, float]
+
+
+@message
+class FinalVersion:
+    """Controller -> generators, just before Stop: receive every version up to this one first."""
+
+    version: int
+
+
+# -------------------------------------------------------------------------------- routing
+
+
+CONTROLLER = Address("controller", 0)
+
+
+@dataclass(frozen=True)
+class Routes:
+    """Who an actor talks to: how many ranks play each part, and which one gets what.
+
+    ``generate_role`` and ``train_role`` are ``generator`` and ``trainer``, or both
+    ``colocated`` in the baseline layout where the same ranks generate and train.
+    """
+
+    generate_role: str
+    train_role: str
+    generators: int  # ranks of generate_role
+    rewards: int
+    trainers: int  # ranks of train_role
+
+    @classmethod
+    def of(cls, counts: dict[str, int]) -> "Routes":
+        """From the role map's ranks per role (``World.counts()``)."""
+        colocated = counts.get("colocated", 0) > 0
+        gen, train = ("colocated", "colocated") if colocated else ("generator", "trainer")
+        return cls(gen, train, counts.get(gen, 0), counts.get("reward", 0), counts.get(train, 0))
+
+    @property
+    def colocated(self) -> bool:
+        return self.generate_role == self.train_role
+
+    def generator_for(self, batch_id: int) -> Address:
+        # Round-robin keeps the generators equally loaded for equal batches.
+        return Address(self.generate_role, batch_id % self.generators)
+
+    def reward_for(self, group_id: int) -> Address:
+        return Address("reward", group_id % self.rewards)
+
+    def trainer_for(self, group_id: int) -> Address:
+        # Each data-parallel training rank takes a fixed share of every step's groups.
+        return Address(self.train_role, group_id % self.trainers)
+
+
+def group_ids(step: int, start: int, n: int, prompts_per_step: int) -> list[int]:
+    """Ids of the ``n`` groups at positions ``start..`` of training step ``step``."""
+    return [step * prompts_per_step + start + i for i in range(n)]
+
+
+def eval_group_ids(groups_sent: int, n: int) -> list[int]:
+    """Ids of the next ``n`` evaluation groups: negative, so never a training group's, and
+    still spread over the reward ranks by :meth:`Routes.reward_for`."""
+    return [-(groups_sent + i + 1) for i in range(n)]
+
+
+def batch_seed(run_seed: int, batch_id: int) -> int:
+    """The sampling seed of a batch: distinct per batch, reproducible per run."""
+    return run_seed * 1_000_003 + batch_id
+
+
+def batch_prompts(rollout: RolloutConfig, generators: int, configured: int = 0) -> int:
+    """Prompts per generation batch: ``configured``, or an equal share of a step per generator."""
+    return configured or max(1, -(-rollout.prompts_per_step // generators))
+
+
+# ----------------------------------------------------------------------- version rules
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Which policy version each step is sampled with, and which versions the trainers push."""
+
+    steps: int  # trainer steps in the run
+    max_staleness: int  # generate with weights at most this many versions behind the trainer
+    final_eval: bool = False  # the run evaluates its final policy on the generators
+
+    @classmethod
+    def of(cls, run, evaluation) -> "Schedule":
+        """From the role map's ``run:`` and ``eval:`` sections (a run with eval evaluates its final policy)."""
+        return cls(run.steps, run.max_staleness, evaluation.enabled)
+
+    def min_version(self, step: int) -> int:
+        """The oldest policy that may sample the data of ``step``."""
+        return max(0, step - self.max_staleness)
+
+    def can_send(self, step: int, trainer_version: int) -> bool:
+        """Whether step ``step``'s prompts may go out while the trainers hold ``trainer_version``."""
+        return step < self.steps and trainer_version >= step - self.max_staleness
+
+    @property
+    def last_pushed_version(self) -> int:
+        """The newest version the trainers push: versions 1 .. steps - 1 (nobody samples after
+        the last step), or up to ``steps`` when the final policy is evaluated on the generators."""
+        return self.steps if self.final_eval else max(self.steps - 1, 0)
+
+    def pushes(self, version: int) -> bool:
+        """Whether the trainers push ``version`` to the generators."""
+        return version <= self.last_pushed_version
+
+    def check_announcement(self, version: int, expected: int, who: str) -> None:
+        """A generator's check of a ``WeightsPushed``: versions come one by one, none past the last."""
+        where = f"{who}: the trainer announced weights version {version}"
+        if version > self.last_pushed_version:
+            raise RuntimeError(f"{where}, but a run of {self.steps} steps pushes versions "
+                               f"up to {self.last_pushed_version}")
+        if version != expected:
+            raise RuntimeError(f"{where}, expected {expected} (versions come one by one)")
+
+
+def stop_everyone(mailbox, routes: Routes, final_version: int) -> None:
+    """The controller's last act: generators take in every pushed version, then all stop."""
+    if not routes.colocated:  # colocated ranks reload their own engine: nothing in flight
+        mailbox.send_role(routes.generate_role, FinalVersion(version=final_version))
+    mailbox.send_all(Stop("finished"))
