@@ -18,7 +18,7 @@ endif
 export OMP_NUM_THREADS ?= 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo demo-gsm8k test test-unit test-mpi bench venv clean
+.PHONY: demo demo-gsm8k test lint format test-unit test-mpi bench venv clean
 
 venv: $(STAMP)
 
@@ -35,7 +35,16 @@ demo: $(STAMP)
 demo-gsm8k: $(STAMP)
 	$(PY) examples/gsm8k/demo.py
 
-test: test-unit test-mpi
+test: lint test-unit test-mpi
+
+# ruff, configured in pyproject.toml: lint rules and the formatter's check (`make format` applies it).
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
 
 test-unit: $(STAMP)
 	$(PY) -m pytest -q --color=no -p no:cacheprovider tests --ignore=tests/mpi

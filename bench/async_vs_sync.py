@@ -45,8 +45,7 @@ WORKLOAD = {
 }
 
 MODES = {
-    "colocated_sync": {"world": {"generator": {"ranks": 0}, "trainer": 0, "colocated": 2},
-                       "run": {"max_staleness": 0}},
+    "colocated_sync": {"world": {"generator": {"ranks": 0}, "trainer": 0, "colocated": 2}, "run": {"max_staleness": 0}},
     "sync": {"run": {"max_staleness": 0}},
     "async": {"run": {"max_staleness": 1}},
 }
@@ -54,7 +53,10 @@ MODES = {
 
 def run_mode(name: str, model_dir: Path, out: Path, steps: int, seed: int) -> list[dict]:
     overrides = recipe.merge_overrides(
-        {"model": {"path": str(model_dir)}, "run": {"steps": steps, "seed": seed, "out": str(out / name), "progress": False}},
+        {
+            "model": {"path": str(model_dir)},
+            "run": {"steps": steps, "seed": seed, "out": str(out / name), "progress": False},
+        },
         json.loads(json.dumps(WORKLOAD)),
     )
     overrides = recipe.merge_overrides(overrides, json.loads(json.dumps(MODES[name])))

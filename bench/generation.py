@@ -127,8 +127,12 @@ def _runners(model_dir: Path, args):
         t0 = time.perf_counter()
         engines[name] = VllmEngine(
             VllmEngine.Config(
-                model=str(model_dir), max_num_seqs=args.batch, kv_cache_gib=0.5,
-                cpu_threads=args.threads, seed=args.seed, compile=not eager,
+                model=str(model_dir),
+                max_num_seqs=args.batch,
+                kv_cache_gib=0.5,
+                cpu_threads=args.threads,
+                seed=args.seed,
+                compile=not eager,
             )
         )
         build_s[name] = time.perf_counter() - t0
@@ -152,9 +156,15 @@ def _runners(model_dir: Path, args):
         ids = torch.as_tensor(np.stack(prompts), dtype=torch.long)
         with torch.inference_mode():
             out = model.generate(
-                input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
-                temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=new_tokens,
-                min_new_tokens=new_tokens, pad_token_id=torch_engine.pad_id,
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=True,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=0,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                pad_token_id=torch_engine.pad_id,
             )
         return (out.shape[1] - ids.shape[1]) * ids.shape[0]
 

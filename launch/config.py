@@ -90,7 +90,7 @@ class World(Section):
         return v
 
     @model_validator(mode="after")
-    def _one_layout(self) -> "World":
+    def _one_layout(self) -> World:
         if self.colocated.ranks:
             if self.generator.ranks or self.trainer.ranks:
                 raise ValueError(
@@ -142,30 +142,37 @@ class RoleMap(Section):
     _task = field_validator("task", mode="before")(lambda cls, v: task_section(v))
 
     @model_validator(mode="after")
-    def _reward_of_the_task(self) -> "RoleMap":
+    def _reward_of_the_task(self) -> RoleMap:
         if not self.reward.components:
             from roles.tasks import task_class
 
             default = task_class(self.task.name).default_reward
             if default is None:
-                raise ValueError(f"reward: task {self.task.name!r} has no default reward; name one "
-                                 "(reward: {name: exact}, or package.module:function)")
+                raise ValueError(
+                    f"reward: task {self.task.name!r} has no default reward; name one "
+                    "(reward: {name: exact}, or package.module:function)"
+                )
             self.reward = RewardConfig.model_validate(
-                {"components": [default], "timeout_s": self.reward.timeout_s, "workers": self.reward.workers})
+                {"components": [default], "timeout_s": self.reward.timeout_s, "workers": self.reward.workers}
+            )
         return self
 
     @model_validator(mode="after")
-    def _prompts_fit_the_context(self) -> "RoleMap":
+    def _prompts_fit_the_context(self) -> RoleMap:
         context = self.model.context_length()
         limit, new = self.task.max_prompt_tokens, self.longest_response()
         which = "eval.max_new_tokens" if new > self.rollout.max_new_tokens else "rollout.max_new_tokens"
         if context is not None:
             if new >= context:
-                raise ValueError(f"{which} ({new}) leaves no room for a prompt in "
-                                 f"the model's context of {context} tokens (max_position_embeddings)")
+                raise ValueError(
+                    f"{which} ({new}) leaves no room for a prompt in "
+                    f"the model's context of {context} tokens (max_position_embeddings)"
+                )
             if limit is not None and limit + new > context:
-                raise ValueError(f"task.max_prompt_tokens ({limit}) + {which} ({new}) "
-                                 f"exceeds the model's context of {context} tokens (max_position_embeddings)")
+                raise ValueError(
+                    f"task.max_prompt_tokens ({limit}) + {which} ({new}) "
+                    f"exceeds the model's context of {context} tokens (max_position_embeddings)"
+                )
         return self
 
     def longest_response(self) -> int:
@@ -180,7 +187,7 @@ class RoleMap(Section):
         return None if context is None else context - self.longest_response()
 
     @model_validator(mode="after")
-    def _batches_fit(self) -> "RoleMap":
+    def _batches_fit(self) -> RoleMap:
         trainers = self.world.colocated.ranks or self.world.trainer.ranks
         if self.rollout.prompts_per_step % trainers:
             raise ValueError(
@@ -259,11 +266,14 @@ class _YamlLoader(yaml.SafeLoader):
 
 _YamlLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
                     |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
                     |\.[0-9_]+(?:[eE][-+][0-9]+)?
                     |[-+]?\.(?:inf|Inf|INF)
-                    |\.(?:nan|NaN|NAN))$""", re.X),
+                    |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
     list("-+0123456789."),
 )
 

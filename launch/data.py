@@ -25,8 +25,10 @@ class PreparedData:
         s = self.stats
         text = f"task {task_name}: {s['train_examples']} train / {s['eval_examples']} eval examples"
         if s["prompts_too_long"] or s["eval_prompts_too_long"]:
-            text += (f"; left out for length (> {s['prompt_token_limit']} tokens): "
-                     f"{s['prompts_too_long']} train, {s['eval_prompts_too_long']} eval prompts")
+            text += (
+                f"; left out for length (> {s['prompt_token_limit']} tokens): "
+                f"{s['prompts_too_long']} train, {s['eval_prompts_too_long']} eval prompts"
+            )
         return text + f"; longest prompt {s['longest_prompt']} tokens"
 
 
@@ -36,8 +38,9 @@ def load_tokenizer(cfg: RoleMap):
     try:
         return AutoTokenizer.from_pretrained(cfg.model.path)
     except Exception as e:  # noqa: BLE001 - whatever transformers raises, name the folder
-        raise ConfigError(f"model.path: cannot load a tokenizer from {cfg.model.path!r}: "
-                          f"{type(e).__name__}: {e}") from None
+        raise ConfigError(
+            f"model.path: cannot load a tokenizer from {cfg.model.path!r}: {type(e).__name__}: {e}"
+        ) from None
 
 
 def prepare_data(cfg: RoleMap, tokenizer=None) -> PreparedData:
@@ -60,14 +63,21 @@ def prepare_data(cfg: RoleMap, tokenizer=None) -> PreparedData:
     except (TaskDataError, PluginError) as e:
         raise ConfigError(str(e)) from None
     if not train.ids:
-        raise ConfigError(f"task.max_prompt_tokens: every one of the {len(train_examples)} training prompts "
-                          f"is longer than {limit} tokens (the longest prompt kept; raise the limit, or "
-                          "lower rollout.max_new_tokens if the model's context is what limits it)")
+        raise ConfigError(
+            f"task.max_prompt_tokens: every one of the {len(train_examples)} training prompts "
+            f"is longer than {limit} tokens (the longest prompt kept; raise the limit, or "
+            "lower rollout.max_new_tokens if the model's context is what limits it)"
+        )
     if cfg.eval.enabled and not evals.ids:
-        why = ("the task has no eval examples (set task.eval_files or task.eval_fraction)" if not eval_examples
-               else f"every eval prompt is longer than {limit} tokens")
-        raise ConfigError(f"eval: evaluation is on (every_steps {cfg.eval.every_steps}, before_training "
-                          f"{cfg.eval.before_training}) but {why}")
+        why = (
+            "the task has no eval examples (set task.eval_files or task.eval_fraction)"
+            if not eval_examples
+            else f"every eval prompt is longer than {limit} tokens"
+        )
+        raise ConfigError(
+            f"eval: evaluation is on (every_steps {cfg.eval.every_steps}, before_training "
+            f"{cfg.eval.before_training}) but {why}"
+        )
     stats = {
         "train_examples": len(train.ids),
         "eval_examples": len(evals.ids),

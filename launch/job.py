@@ -85,11 +85,16 @@ def build_actor(cfg: RoleMap, dist: Distributed, data=None):
     if table.role == routes.train_role:
         from roles.policy import load_policy
 
-        policy = load_policy(cfg.model, dist.train_group, shard=table.role == "trainer" and dist.train_group is not None,
-                             reference=cfg.algorithm.kl_coef > 0)
+        policy = load_policy(
+            cfg.model,
+            dist.train_group,
+            shard=table.role == "trainer" and dist.train_group is not None,
+            reference=cfg.algorithm.kl_coef > 0,
+        )
     # The transport is collective over the job; only trainers and generators take part.
     transport = build_weight_transport(
-        cfg.weights, table.comm,
+        cfg.weights,
+        table.comm,
         shards=policy.local_params() if table.role == "trainer" else None,
         need=_generator_need() if table.role == "generator" else None,
     )
@@ -115,23 +120,38 @@ def _controller(cfg, dist, routes, schedule, policy, transport, data):
         from tqdm import tqdm
 
         progress = tqdm(total=cfg.run.steps, desc="mpirl steps", unit="step", dynamic_ncols=True)
-    return ControllerActor(dist.mailbox, cfg.run, rollout=cfg.rollout, evaluation=cfg.eval, routes=routes,
-                           prompts=data.train_prompts, eval_prompts=data.eval_prompts, data_stats=data.stats,
-                           batch_prompts=cfg.world.generator.batch_prompts, progress=progress)
+    return ControllerActor(
+        dist.mailbox,
+        cfg.run,
+        rollout=cfg.rollout,
+        evaluation=cfg.eval,
+        routes=routes,
+        prompts=data.train_prompts,
+        eval_prompts=data.eval_prompts,
+        data_stats=data.stats,
+        batch_prompts=cfg.world.generator.batch_prompts,
+        progress=progress,
+    )
 
 
 def _engine(cfg, dist, module=None):
     from roles.engines import make_engine
 
-    return make_engine(cfg.world.generator, cfg.model, seed=cfg.run.seed + dist.role_table.index, module=module,
-                       max_seqs=cfg.generator_batch_prompts() * cfg.rollout.samples_per_prompt)
+    return make_engine(
+        cfg.world.generator,
+        cfg.model,
+        seed=cfg.run.seed + dist.role_table.index,
+        module=module,
+        max_seqs=cfg.generator_batch_prompts() * cfg.rollout.samples_per_prompt,
+    )
 
 
 def _generator(cfg, dist, routes, schedule, policy, transport, data):
     from roles.generator import GeneratorActor
 
-    return GeneratorActor(dist.mailbox, cfg.rollout, schedule=schedule, routes=routes, engine=_engine(cfg, dist),
-                          receiver=transport)
+    return GeneratorActor(
+        dist.mailbox, cfg.rollout, schedule=schedule, routes=routes, engine=_engine(cfg, dist), receiver=transport
+    )
 
 
 def _reward(cfg, dist, routes, schedule, policy, transport, data):
@@ -147,16 +167,25 @@ def _reward(cfg, dist, routes, schedule, policy, transport, data):
     return RewardActor(dist.mailbox, routes, AutoTokenizer.from_pretrained(cfg.model.path), task, scorer)
 
 
-def _save_policy(cfg, dist, policy):
-    return lambda actor: policy.save(os.path.join(cfg.run.out, "policy"), is_leader=dist.role_table.index == 0)
+def _training_args(cfg, dist, routes, schedule, policy) -> dict:
+    """What trainer and colocated ranks share: their sections, the policy, its group, its save."""
+    save_dir, is_leader = os.path.join(cfg.run.out, "policy"), dist.role_table.index == 0
+    return dict(
+        rollout=cfg.rollout,
+        schedule=schedule,
+        routes=routes,
+        policy=policy,
+        dp_group=dist.train_group,
+        on_finish=lambda actor: policy.save(save_dir, is_leader=is_leader),
+    )
 
 
 def _trainer(cfg, dist, routes, schedule, policy, transport, data):
     from roles.trainer import TrainerActor
 
-    return TrainerActor(dist.mailbox, cfg.algorithm, rollout=cfg.rollout, schedule=schedule, routes=routes,
-                        policy=policy, sender=transport, dp_group=dist.train_group,
-                        on_finish=_save_policy(cfg, dist, policy))
+    return TrainerActor(
+        dist.mailbox, cfg.algorithm, sender=transport, **_training_args(cfg, dist, routes, schedule, policy)
+    )
 
 
 def _colocated(cfg, dist, routes, schedule, policy, transport, data):
@@ -165,10 +194,19 @@ def _colocated(cfg, dist, routes, schedule, policy, transport, data):
     # The torch engine samples with the trained module itself; vLLM needs a reload.
     engine = _engine(cfg, dist, module=policy.model)
     sync = LocalEngineSync(engine, shares_module=cfg.world.generator.engine == "torch")
-    return ColocatedActor(dist.mailbox, cfg.algorithm, rollout=cfg.rollout, schedule=schedule, routes=routes,
-                          policy=policy, engine=engine, weight_sync=sync, dp_group=dist.train_group,
-                          on_finish=_save_policy(cfg, dist, policy))
+    return ColocatedActor(
+        dist.mailbox,
+        cfg.algorithm,
+        engine=engine,
+        weight_sync=sync,
+        **_training_args(cfg, dist, routes, schedule, policy),
+    )
 
 
-_BUILDERS = {"controller": _controller, "generator": _generator, "reward": _reward, "trainer": _trainer,
-             "colocated": _colocated}
+_BUILDERS = {
+    "controller": _controller,
+    "generator": _generator,
+    "reward": _reward,
+    "trainer": _trainer,
+    "colocated": _colocated,
+}

@@ -43,8 +43,9 @@ def merge_overrides(base: dict, extra: dict) -> dict:
     return base
 
 
-def run_job(config_path: str | Path, timeout_s: float | None = None, quiet: bool = False,
-            extra_env: dict | None = None) -> float:
+def run_job(
+    config_path: str | Path, timeout_s: float | None = None, quiet: bool = False, extra_env: dict | None = None
+) -> float:
     """Run a role map under mpiexec; return its wall time. Raises if the job fails or times out."""
     cfg = config_lib.load(config_path)
     cmd, env = mpiexec_command(cfg.world.size, [sys.executable, "-m", "launch", str(config_path)])
@@ -55,8 +56,12 @@ def run_job(config_path: str | Path, timeout_s: float | None = None, quiet: bool
     t0 = time.perf_counter()
     try:
         proc = subprocess.run(
-            cmd, env=env, timeout=timeout_s,
-            stdout=subprocess.PIPE if quiet else None, stderr=subprocess.STDOUT if quiet else None, text=True,
+            cmd,
+            env=env,
+            timeout=timeout_s,
+            stdout=subprocess.PIPE if quiet else None,
+            stderr=subprocess.STDOUT if quiet else None,
+            text=True,
         )
     except subprocess.TimeoutExpired:
         raise RuntimeError(f"the job {config_path} ran past {timeout_s} s") from None

@@ -40,10 +40,17 @@ def chrome_trace(ranks: list[dict]) -> dict:
         label = f"rank {r['rank']}: {r['role']} {r['index']}"
         events.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": r["rank"], "args": {"name": label}})
         for s in r["spans"]:
-            events.append({
-                "name": s["name"], "cat": r["role"], "ph": "X", "pid": 0, "tid": r["rank"],
-                "ts": (s["start"] - t0) * 1e6, "dur": (s["end"] - s["start"]) * 1e6,
-            })
+            events.append(
+                {
+                    "name": s["name"],
+                    "cat": r["role"],
+                    "ph": "X",
+                    "pid": 0,
+                    "tid": r["rank"],
+                    "ts": (s["start"] - t0) * 1e6,
+                    "dur": (s["end"] - s["start"]) * 1e6,
+                }
+            )
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
@@ -67,8 +74,13 @@ def timeline_png(ranks: list[dict], path: Path, title: str = "") -> None:
     ax.invert_yaxis()
     ax.set_xlabel("seconds since the first span")
     used = {s["name"] for r in ranks for s in r["spans"]}
-    ax.legend(handles=[Patch(color=c, label=n) for n, c in COLOURS.items() if n in used],
-              loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=6, frameon=False)
+    ax.legend(
+        handles=[Patch(color=c, label=n) for n, c in COLOURS.items() if n in used],
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.18),
+        ncol=6,
+        frameon=False,
+    )
     if title:
         ax.set_title(title)
     fig.tight_layout()

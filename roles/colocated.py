@@ -43,10 +43,32 @@ class LocalEngineSync:
 
 
 class ColocatedActor(TrainerActor):
-    def __init__(self, mailbox, config: TrainerActor.Config, *, rollout, schedule, routes, policy, engine,
-                 weight_sync, dp_group=None, on_finish=None):
-        super().__init__(mailbox, config, rollout=rollout, schedule=schedule, routes=routes, policy=policy,
-                         sender=weight_sync, dp_group=dp_group, on_finish=on_finish, allreduce_grads=True)
+    def __init__(
+        self,
+        mailbox,
+        config: TrainerActor.Config,
+        *,
+        rollout,
+        schedule,
+        routes,
+        policy,
+        engine,
+        weight_sync,
+        dp_group=None,
+        on_finish=None,
+    ):
+        super().__init__(
+            mailbox,
+            config,
+            rollout=rollout,
+            schedule=schedule,
+            routes=routes,
+            policy=policy,
+            sender=weight_sync,
+            dp_group=dp_group,
+            on_finish=on_finish,
+            allreduce_grads=True,
+        )
         self.rollout = rollout
         self.engine = engine
         self.queue: collections.deque[PromptBatch] = collections.deque()
@@ -64,5 +86,6 @@ class ColocatedActor(TrainerActor):
     def _generate(self, batch: PromptBatch) -> None:
         self.model.eval()
         groups, generate_s = generate_batch(self.engine, batch, self.rollout, self.spans)
-        publish_batch(self.mailbox, self.routes, batch, groups, self.version, generate_s,
-                      weight_load_s=self.sender.last_s)
+        publish_batch(
+            self.mailbox, self.routes, batch, groups, self.version, generate_s, weight_load_s=self.sender.last_s
+        )

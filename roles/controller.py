@@ -2,9 +2,10 @@
 
 It hands each step's prompts to the generators once the policy they must be sampled with
 exists: prompts for step s go out when ``trainer_version >= s - max_staleness``, each batch
-tagged with that minimum version (the generator waits for those weights if it lacks them). So with ``max_staleness = 0`` a step's data is sampled by the very policy
-it trains (synchronous on-policy), with 1 the generators sample step s+1 while the trainer
-trains step s (LlamaRL's one-step off-policy). It logs one JSON line per step from the
+tagged with that minimum version (the generator waits for those weights if it lacks them).
+So with ``max_staleness = 0`` a step's data is sampled by the very policy it trains
+(synchronous on-policy), with 1 the generators sample step s+1 while the trainer trains
+step s (LlamaRL's one-step off-policy). It logs one JSON line per step from the
 notices it receives and stops everyone after ``run.steps`` steps.
 
 With ``eval`` set it also sends evaluation rounds (``roles.evaluation``) through the same
@@ -25,18 +26,38 @@ import numpy as np
 from roles import protocol
 from roles.config.controller import ControllerConfig
 from roles.evaluation import EvalConfig, EvalRound
-from roles.protocol import (EVAL_GREEDY, EVAL_SAMPLED, BatchDone, EvalScored, PromptBatch, RolloutConfig,
-                            Routes, Schedule, Scored, StepDone)
+from roles.protocol import (
+    EVAL_GREEDY,
+    EVAL_SAMPLED,
+    BatchDone,
+    EvalScored,
+    PromptBatch,
+    RolloutConfig,
+    Routes,
+    Schedule,
+    Scored,
+    StepDone,
+)
 from runtime import Actor, Envelope, handles
 
 
 class ControllerActor(Actor):
     Config = ControllerConfig  # the role map's run: section
 
-    def __init__(self, mailbox, config: "ControllerActor.Config", *, rollout: RolloutConfig,
-                 evaluation: EvalConfig, routes: Routes, prompts: dict[int, np.ndarray],
-                 eval_prompts: dict[int, np.ndarray] | None = None, data_stats: dict | None = None,
-                 batch_prompts: int = 0, progress=None):
+    def __init__(
+        self,
+        mailbox,
+        config: ControllerActor.Config,
+        *,
+        rollout: RolloutConfig,
+        evaluation: EvalConfig,
+        routes: Routes,
+        prompts: dict[int, np.ndarray],
+        eval_prompts: dict[int, np.ndarray] | None = None,
+        data_stats: dict | None = None,
+        batch_prompts: int = 0,
+        progress=None,
+    ):
         """``prompts`` maps each training example's id to its prompt token ids; ``eval_prompts``
         the same for the examples an eval round sends (in order). ``data_stats``: counts of
         the data as prepared (examples, prompts left out for length), logged with each step.
@@ -115,10 +136,14 @@ class ControllerActor(Actor):
         ids = self._take(P)
         for start in range(0, P, self.batch_prompts):
             chunk = ids[start : start + self.batch_prompts]
-            self._send_batch(step=step, min_version=self.schedule.min_version(step), example_ids=chunk,
-                             group_ids=protocol.group_ids(step, start, len(chunk), P),
-                             prompts=[self.prompts[i] for i in chunk],
-                             samples_per_prompt=self.rollout.samples_per_prompt)
+            self._send_batch(
+                step=step,
+                min_version=self.schedule.min_version(step),
+                example_ids=chunk,
+                group_ids=protocol.group_ids(step, start, len(chunk), P),
+                prompts=[self.prompts[i] for i in chunk],
+                samples_per_prompt=self.rollout.samples_per_prompt,
+            )
 
     def _send_batch(self, **fields) -> None:
         """Number a batch, seed it, and hand it to its generator."""
@@ -131,8 +156,13 @@ class ControllerActor(Actor):
         """Send one eval round: greedy responses, and ``eval.samples`` sampled ones, per example."""
         ev = self.evaluation
         ids = list(self.eval_prompts)
-        rnd = EvalRound(round=self.next_eval_round, policy_version=version,
-                        step=len(self.history), example_ids=ids, samples=ev.samples)
+        rnd = EvalRound(
+            round=self.next_eval_round,
+            policy_version=version,
+            step=len(self.history),
+            example_ids=ids,
+            samples=ev.samples,
+        )
         self.next_eval_round += 1
         self.eval_rounds[rnd.round] = rnd
         passes = [(EVAL_GREEDY, 1, 0.0)] + ([(EVAL_SAMPLED, ev.samples, ev.temperature)] if ev.samples else [])
@@ -141,10 +171,18 @@ class ControllerActor(Actor):
                 chunk = ids[start : start + self.batch_prompts]
                 groups = protocol.eval_group_ids(self.next_eval_group, len(chunk))
                 self.next_eval_group += len(chunk)
-                self._send_batch(step=rnd.step, min_version=version, example_ids=chunk, group_ids=groups,
-                                 prompts=[self.eval_prompts[i] for i in chunk], samples_per_prompt=n,
-                                 purpose=purpose, eval_round=rnd.round, temperature=temperature,
-                                 max_new_tokens=ev.max_new_tokens)
+                self._send_batch(
+                    step=rnd.step,
+                    min_version=version,
+                    example_ids=chunk,
+                    group_ids=groups,
+                    prompts=[self.eval_prompts[i] for i in chunk],
+                    samples_per_prompt=n,
+                    purpose=purpose,
+                    eval_round=rnd.round,
+                    temperature=temperature,
+                    max_new_tokens=ev.max_new_tokens,
+                )
 
     @handles(EvalScored)
     def on_eval_scored(self, env: Envelope) -> None:
@@ -161,8 +199,9 @@ class ControllerActor(Actor):
         self.eval_file.write(json.dumps(record) + "\n")
         self.eval_file.flush()
         if self.progress is not None:
-            self.progress.write(f"eval {record['eval_round']} (version {record['policy_version']}): "
-                                f"pass@1 {record['pass@1']:.3f}")
+            self.progress.write(
+                f"eval {record['eval_round']} (version {record['policy_version']}): pass@1 {record['pass@1']:.3f}"
+            )
         if self.finishing and not self.eval_rounds:
             self._finish()
 
@@ -190,8 +229,7 @@ class ControllerActor(Actor):
         c["score_s"] += m.score_s
         c["verifier_failures"] += m.failures
         c["verifier_timeouts"] += m.timeouts
-        for key in ("samples", "reward_sum", "correct_sum", "length_sum", "clipped", "groups",
-                    "zero_advantage_groups"):
+        for key in ("samples", "reward_sum", "correct_sum", "length_sum", "clipped", "groups", "zero_advantage_groups"):
             c[key] += getattr(m, key)
         c["length_max"] = max(c["length_max"], m.length_max)
         self.components[m.step].update(m.components)

@@ -16,8 +16,17 @@ import time
 import numpy as np
 
 from roles.engines.base import SamplingConfig
-from roles.protocol import (CONTROLLER, BatchDone, FinalVersion, PromptBatch, Rollout, RolloutConfig, Routes,
-                            Schedule, WeightsPushed)
+from roles.protocol import (
+    CONTROLLER,
+    BatchDone,
+    FinalVersion,
+    PromptBatch,
+    Rollout,
+    RolloutConfig,
+    Routes,
+    Schedule,
+    WeightsPushed,
+)
 from runtime import Actor, Backoff, Envelope, handles
 
 
@@ -30,26 +39,53 @@ def generate_batch(engine, batch: PromptBatch, rollout: RolloutConfig, spans) ->
     return groups, time.perf_counter() - t0
 
 
-def publish_batch(mailbox, routes: Routes, batch: PromptBatch, groups, version: int, generate_s: float, *,
-                  wait_s: float = 0.0, weight_load_s: float = 0.0, weight_syncs: int = 0) -> None:
+def publish_batch(
+    mailbox,
+    routes: Routes,
+    batch: PromptBatch,
+    groups,
+    version: int,
+    generate_s: float,
+    *,
+    wait_s: float = 0.0,
+    weight_load_s: float = 0.0,
+    weight_syncs: int = 0,
+) -> None:
     """Send each sampled group of ``batch`` to its reward rank, then the batch's notice to the controller."""
     tokens = 0
     for eid, group_id, prompt, samples in zip(batch.example_ids, batch.group_ids, batch.prompts, groups):
-        mailbox.send(routes.reward_for(group_id), Rollout(
-            example_id=eid, group_id=group_id, step=batch.step,
-            prompt_ids=np.asarray(prompt, dtype=np.int32),
-            response_ids=[s.response_ids for s in samples],
-            logprobs=[s.logprobs for s in samples],
-            finish_reasons=[s.finish_reason for s in samples],
-            policy_version=version, timings={"generate_s": generate_s},
-            purpose=batch.purpose, eval_round=batch.eval_round,
-        ))
+        mailbox.send(
+            routes.reward_for(group_id),
+            Rollout(
+                example_id=eid,
+                group_id=group_id,
+                step=batch.step,
+                prompt_ids=np.asarray(prompt, dtype=np.int32),
+                response_ids=[s.response_ids for s in samples],
+                logprobs=[s.logprobs for s in samples],
+                finish_reasons=[s.finish_reason for s in samples],
+                policy_version=version,
+                timings={"generate_s": generate_s},
+                purpose=batch.purpose,
+                eval_round=batch.eval_round,
+            ),
+        )
         tokens += sum(len(s.response_ids) for s in samples)
-    mailbox.send(CONTROLLER, BatchDone(
-        batch_id=batch.batch_id, step=batch.step, groups=len(groups), tokens=tokens, policy_version=version,
-        generate_s=generate_s, wait_s=wait_s, weight_load_s=weight_load_s, weight_syncs=weight_syncs,
-        eval_round=batch.eval_round,
-    ))
+    mailbox.send(
+        CONTROLLER,
+        BatchDone(
+            batch_id=batch.batch_id,
+            step=batch.step,
+            groups=len(groups),
+            tokens=tokens,
+            policy_version=version,
+            generate_s=generate_s,
+            wait_s=wait_s,
+            weight_load_s=weight_load_s,
+            weight_syncs=weight_syncs,
+            eval_round=batch.eval_round,
+        ),
+    )
 
 
 def sampling_for(batch: PromptBatch, rollout: RolloutConfig) -> SamplingConfig:
@@ -63,8 +99,9 @@ def sampling_for(batch: PromptBatch, rollout: RolloutConfig) -> SamplingConfig:
 
 
 class GeneratorActor(Actor):
-    def __init__(self, mailbox, rollout: RolloutConfig, *, schedule: Schedule, routes: Routes, engine, receiver,
-                 version: int = 0):
+    def __init__(
+        self, mailbox, rollout: RolloutConfig, *, schedule: Schedule, routes: Routes, engine, receiver, version: int = 0
+    ):
         """``rollout``: the sampling settings of training batches (eval batches bring their own)."""
         super().__init__(mailbox)
         self.rollout = rollout
@@ -169,7 +206,16 @@ class GeneratorActor(Actor):
         if not self.running:
             return True
         groups, generate_s = generate_batch(self.engine, batch, self.rollout, self.spans)
-        publish_batch(self.mailbox, self.routes, batch, groups, self.version, generate_s, wait_s=wait_s,
-                      weight_load_s=self._load_s, weight_syncs=self._syncs)
+        publish_batch(
+            self.mailbox,
+            self.routes,
+            batch,
+            groups,
+            self.version,
+            generate_s,
+            wait_s=wait_s,
+            weight_load_s=self._load_s,
+            weight_syncs=self._syncs,
+        )
         self._load_s, self._syncs = 0.0, 0
         return True

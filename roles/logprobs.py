@@ -7,7 +7,7 @@ only policy lag, not a mismatch in how the two sides compute probabilities.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

@@ -110,10 +110,12 @@ def grpo_loss(
     return loss, metrics
 
 
-def policy_loss(config: LossConfig, logp: torch.Tensor, old_logp, advantages, mask,
-                ref_logp: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def policy_loss(
+    config: LossConfig, logp: torch.Tensor, old_logp, advantages, mask, ref_logp: torch.Tensor | None = None
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The loss ``config`` names, with its own settings (``ref_logp``: GRPO's KL anchor)."""
     if config.loss == "aipo":
         return aipo_loss(logp, old_logp, advantages, mask, rho=config.rho)
-    return grpo_loss(logp, old_logp, advantages, mask, clip_eps=config.clip_eps,
-                     kl_coef=config.kl_coef, ref_logp=ref_logp)
+    return grpo_loss(
+        logp, old_logp, advantages, mask, clip_eps=config.clip_eps, kl_coef=config.kl_coef, ref_logp=ref_logp
+    )

@@ -27,8 +27,9 @@ def import_object(spec: str, what: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except Exception as e:  # noqa: BLE001 - any import failure is the user's to see, named
-        raise PluginError(f"cannot import module {module_name!r} for {what} {spec!r}: "
-                          f"{type(e).__name__}: {e}") from None
+        raise PluginError(
+            f"cannot import module {module_name!r} for {what} {spec!r}: {type(e).__name__}: {e}"
+        ) from None
     obj = module
     for part in attr.split("."):
         obj = getattr(obj, part, None)
@@ -42,6 +43,7 @@ def resolve(spec: str, registry: dict[str, str], what: str) -> Any:
     if is_user_path(spec):
         return import_object(spec, what)
     if spec not in registry:
-        raise PluginError(f"unknown {what} {spec!r} (built-ins: {', '.join(sorted(registry))}; "
-                          f"or 'package.module:Name' for your own)")
+        raise PluginError(
+            f"unknown {what} {spec!r} (built-ins: {', '.join(sorted(registry))}; or 'package.module:Name' for your own)"
+        )
     return import_object(registry[spec], what)

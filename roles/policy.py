@@ -52,8 +52,9 @@ class Policy:
             state = {n: p.detach() for n, p in self.model.named_parameters()}
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        save_file({n: t.contiguous() for n, t in state.items()}, str(out / "model.safetensors"),
-                  metadata={"format": "pt"})
+        save_file(
+            {n: t.contiguous() for n, t in state.items()}, str(out / "model.safetensors"), metadata={"format": "pt"}
+        )
         self.model.config.save_pretrained(out)
         if getattr(self.model, "generation_config", None) is not None:
             self.model.generation_config.save_pretrained(out)

@@ -36,6 +36,7 @@ metrics), never a rollout.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
 import numpy as np
 
 from roles.config.rollout import RolloutConfig
@@ -188,7 +189,7 @@ class Routes:
     trainers: int  # ranks of train_role
 
     @classmethod
-    def of(cls, counts: dict[str, int]) -> "Routes":
+    def of(cls, counts: dict[str, int]) -> Routes:
         """From the role map's ranks per role (``World.counts()``)."""
         colocated = counts.get("colocated", 0) > 0
         gen, train = ("colocated", "colocated") if colocated else ("generator", "trainer")
@@ -243,7 +244,7 @@ class Schedule:
     final_eval: bool = False  # the run evaluates its final policy on the generators
 
     @classmethod
-    def of(cls, run, evaluation) -> "Schedule":
+    def of(cls, run, evaluation) -> Schedule:
         """From the role map's ``run:`` and ``eval:`` sections (a run with eval evaluates its final policy)."""
         return cls(run.steps, run.max_staleness, evaluation.enabled)
 
@@ -269,8 +270,9 @@ class Schedule:
         """A generator's check of a ``WeightsPushed``: versions come one by one, none past the last."""
         where = f"{who}: the trainer announced weights version {version}"
         if version > self.last_pushed_version:
-            raise RuntimeError(f"{where}, but a run of {self.steps} steps pushes versions "
-                               f"up to {self.last_pushed_version}")
+            raise RuntimeError(
+                f"{where}, but a run of {self.steps} steps pushes versions up to {self.last_pushed_version}"
+            )
         if version != expected:
             raise RuntimeError(f"{where}, expected {expected} (versions come one by one)")
 

@@ -14,8 +14,9 @@ import collections
 import time
 
 import numpy as np
-from roles.protocol import CONTROLLER, TRAIN, EvalScored, Rollout, Routes, Scored
+
 from roles.config.reward import RewardConfig
+from roles.protocol import CONTROLLER, TRAIN, EvalScored, Rollout, Routes, Scored
 from runtime import Actor, Envelope, handles
 
 
@@ -37,8 +38,9 @@ class RewardActor(Actor):
         t0 = time.perf_counter()
         with self.spans.span("score"):
             example = self.task.example(r.example_id)
-            texts = self.tokenizer.batch_decode([np.asarray(ids).tolist() for ids in r.response_ids],
-                                                skip_special_tokens=True)
+            texts = self.tokenizer.batch_decode(
+                [np.asarray(ids).tolist() for ids in r.response_ids], skip_special_tokens=True
+            )
             results = self.scorer.score([(text, example) for text in texts])
         score_s = time.perf_counter() - t0
         r.rewards = [res.score for res in results]
@@ -49,23 +51,45 @@ class RewardActor(Actor):
         clipped = sum(1 for f in r.finish_reasons if f == "length")
         correct = [res.components.get("correct", 0.0) for res in results]
         if r.purpose != TRAIN:
-            self.mailbox.send(CONTROLLER, EvalScored(
-                eval_round=r.eval_round, example_id=r.example_id, purpose=r.purpose,
-                policy_version=r.policy_version, scores=r.rewards, correct=correct, lengths=lengths,
-                clipped=clipped, failures=failures, timeouts=timeouts, score_s=score_s,
-            ))
+            self.mailbox.send(
+                CONTROLLER,
+                EvalScored(
+                    eval_round=r.eval_round,
+                    example_id=r.example_id,
+                    purpose=r.purpose,
+                    policy_version=r.policy_version,
+                    scores=r.rewards,
+                    correct=correct,
+                    lengths=lengths,
+                    clipped=clipped,
+                    failures=failures,
+                    timeouts=timeouts,
+                    score_s=score_s,
+                ),
+            )
             return
         self.mailbox.send(self.routes.trainer_for(r.group_id), r)
         components: collections.Counter = collections.Counter()
         for res in results:
             components.update(res.components)
-        self.mailbox.send(CONTROLLER, Scored(
-            step=r.step, groups=1, score_s=score_s, failures=failures, timeouts=timeouts,
-            samples=len(results), reward_sum=float(sum(r.rewards)), correct_sum=float(sum(correct)),
-            components={k: float(v) for k, v in components.items()},
-            length_sum=int(sum(lengths)), length_max=int(max(lengths, default=0)), clipped=clipped,
-            zero_advantage_groups=int(len(set(r.rewards)) <= 1),
-        ))
+        self.mailbox.send(
+            CONTROLLER,
+            Scored(
+                step=r.step,
+                groups=1,
+                score_s=score_s,
+                failures=failures,
+                timeouts=timeouts,
+                samples=len(results),
+                reward_sum=float(sum(r.rewards)),
+                correct_sum=float(sum(correct)),
+                components={k: float(v) for k, v in components.items()},
+                length_sum=int(sum(lengths)),
+                length_max=int(max(lengths, default=0)),
+                clipped=clipped,
+                zero_advantage_groups=int(len(set(r.rewards)) <= 1),
+            ),
+        )
 
     def on_stop(self, reason: str) -> None:
         self.scorer.close()

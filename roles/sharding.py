@@ -26,9 +26,13 @@ def trainer_mesh(group: dist.ProcessGroup, device_type: str = "cpu") -> DeviceMe
     return DeviceMesh.from_group(group, device_type)
 
 
-def shard_model(model: nn.Module, group: dist.ProcessGroup | None, *,
-                mp_policy: MixedPrecisionPolicy | None = None,
-                reshard_after_forward: bool | None = None) -> nn.Module:
+def shard_model(
+    model: nn.Module,
+    group: dist.ProcessGroup | None,
+    *,
+    mp_policy: MixedPrecisionPolicy | None = None,
+    reshard_after_forward: bool | None = None,
+) -> nn.Module:
     """Shard ``model`` in place with FSDP2 over ``group``; one trainer (or None) leaves it as is.
 
     Collective over ``group``. Every rank must have built the same model (same seed or same
@@ -40,8 +44,7 @@ def shard_model(model: nn.Module, group: dist.ProcessGroup | None, *,
         return model
     device_type = next(model.parameters()).device.type
     mesh = trainer_mesh(group, device_type)
-    kw = dict(mesh=mesh, reshard_after_forward=reshard_after_forward,
-              mp_policy=mp_policy or MixedPrecisionPolicy())
+    kw = dict(mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp_policy or MixedPrecisionPolicy())
     for layer in spec_for(model).decoder_layers(model):
         fully_shard(layer, **kw)
     fully_shard(model, **kw)
@@ -92,6 +95,8 @@ def _row_offset(p: DTensor, local: torch.Tensor) -> int:
     mesh = p.device_mesh
     start, stop = chunk_range(p.shape[0], mesh.size(), mesh.get_local_rank())
     if local.shape[0] != stop - start:
-        raise RuntimeError(f"FSDP2 shard of {tuple(p.shape)} has {local.shape[0]} rows on mesh "
-                           f"rank {mesh.get_local_rank()}, expected rows [{start}, {stop})")
+        raise RuntimeError(
+            f"FSDP2 shard of {tuple(p.shape)} has {local.shape[0]} rows on mesh "
+            f"rank {mesh.get_local_rank()}, expected rows [{start}, {stop})"
+        )
     return start

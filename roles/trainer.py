@@ -40,8 +40,20 @@ def _pad(arrays, pad_value, dtype):
 class TrainerActor(Actor):
     Config = TrainerConfig  # the role map's algorithm: section
 
-    def __init__(self, mailbox, config: "TrainerActor.Config", *, rollout: RolloutConfig, schedule: Schedule,
-                 routes: Routes, policy, sender, dp_group=None, on_finish=None, allreduce_grads=False):
+    def __init__(
+        self,
+        mailbox,
+        config: TrainerActor.Config,
+        *,
+        rollout: RolloutConfig,
+        schedule: Schedule,
+        routes: Routes,
+        policy,
+        sender,
+        dp_group=None,
+        on_finish=None,
+        allreduce_grads=False,
+    ):
         """``policy`` holds the (possibly FSDP-sharded) HF causal LM; ``sender`` pushes its weights.
 
         ``rollout``: the step's shape (groups per step) and the sampling temperature, which the
@@ -167,8 +179,12 @@ class TrainerActor(Actor):
                 # pass with zero weight keeps the FSDP collectives of every rank in step.
                 sl, weight = slice(0, 1), 0.0
                 if not responses:
-                    prompts, responses, mus, advs = [groups[0].prompt_ids], [groups[0].response_ids[0]], \
-                        [groups[0].logprobs[0]], [0.0]
+                    prompts, responses, mus, advs = (
+                        [groups[0].prompt_ids],
+                        [groups[0].response_ids[0]],
+                        [groups[0].logprobs[0]],
+                        [0.0],
+                    )
             else:
                 sl, weight = slice(start, start + mb), 1.0
             logp, mask = response_logprobs(self.model, prompts[sl], responses[sl], temperature)
@@ -242,8 +258,7 @@ class TrainerActor(Actor):
 
     # Per-rank figures that add up over trainers; the rest are averaged or maxed.
     _SUMMED = ("tokens", "samples", "trained_samples")
-    _MAXED = ("staleness_max", "train_s", "weight_send_s", "weight_send_stall_s", "trainer_wait_s",
-              "pushed_version")
+    _MAXED = ("staleness_max", "train_s", "weight_send_s", "weight_send_stall_s", "trainer_wait_s", "pushed_version")
 
     def _reduce_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
         if self.dp_group is None:

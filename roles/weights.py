@@ -31,5 +31,6 @@ def build_weight_transport(config: WeightsConfig, comm, *, shards=None, need=Non
     """
     from transports.weights import make_weight_transport
 
-    return make_weight_transport(config.transport, comm, shards=shards, need=need,
-                                 bucket_bytes=config.bucket_mb * 1024 * 1024, copy=False)
+    return make_weight_transport(
+        config.transport, comm, shards=shards, need=need, bucket_bytes=config.bucket_mb * 1024 * 1024, copy=False
+    )

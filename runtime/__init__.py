@@ -8,8 +8,7 @@ from runtime.actor import Actor, handles
 from runtime.backoff import Backoff
 from runtime.failure import abort_on_error
 from runtime.mailbox import Address, Envelope, Mailbox
-from runtime.role_table import RoleTable
 from runtime.messages import Stop
+from runtime.role_table import RoleTable
 
-__all__ = ["Actor", "handles", "abort_on_error", "Address", "Backoff", "Envelope", "Mailbox", "RoleTable",
-           "Stop"]
+__all__ = ["Actor", "handles", "abort_on_error", "Address", "Backoff", "Envelope", "Mailbox", "RoleTable", "Stop"]

@@ -19,8 +19,10 @@ def report_and_abort(role: str, exc: BaseException, comm: MPI.Comm = MPI.COMM_WO
     rank = MPI.COMM_WORLD.Get_rank()
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     # One write of the whole report so lines of different ranks do not interleave.
-    sys.stderr.write(f"[mpirl] rank {rank} ({role}) failed with {type(exc).__name__}: {exc}\n{text}"
-                     f"[mpirl] rank {rank} ({role}) aborting the job\n")
+    sys.stderr.write(
+        f"[mpirl] rank {rank} ({role}) failed with {type(exc).__name__}: {exc}\n{text}"
+        f"[mpirl] rank {rank} ({role}) aborting the job\n"
+    )
     sys.stderr.flush()
     sys.stdout.flush()
     comm.Abort(code)

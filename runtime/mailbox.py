@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import collections
 import time
+from collections.abc import Iterable
 from itertools import repeat
-from typing import Any, Iterable, NamedTuple
-
+from typing import Any, NamedTuple
 
 from runtime.backoff import Backoff
 from runtime.role_table import RoleTable
@@ -135,8 +135,10 @@ class Mailbox:
             env = self.poll()
             if env is not None:
                 if types is not None and not isinstance(env.msg, tuple(types)):
-                    raise RuntimeError(f"{self.address}: expected {[t.__name__ for t in types]}, "
-                                       f"got {type(env.msg).__name__} from {env.sender}")
+                    raise RuntimeError(
+                        f"{self.address}: expected {[t.__name__ for t in types]}, "
+                        f"got {type(env.msg).__name__} from {env.sender}"
+                    )
                 return env
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{self.address}: no message within {timeout_s} s")

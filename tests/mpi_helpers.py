@@ -127,14 +127,14 @@ def run_python(
 ) -> MPIResult:
     """Run a Python file, or Python source text (anything that is not an existing path)."""
     if isinstance(script, Path) or (isinstance(script, str) and "\n" not in script and Path(script).is_file()):
-        return run_mpi(n, [sys.executable, str(script), *args], timeout=timeout, env=env, cwd=cwd,
-                       mpirun_args=mpirun_args)
+        return run_mpi(
+            n, [sys.executable, str(script), *args], timeout=timeout, env=env, cwd=cwd, mpirun_args=mpirun_args
+        )
     with tempfile.NamedTemporaryFile("w", suffix=".py", prefix="mpirl_test_", delete=False) as f:
         f.write(script)
         path = f.name
     try:
-        return run_mpi(n, [sys.executable, path, *args], timeout=timeout, env=env, cwd=cwd,
-                       mpirun_args=mpirun_args)
+        return run_mpi(n, [sys.executable, path, *args], timeout=timeout, env=env, cwd=cwd, mpirun_args=mpirun_args)
     finally:
         os.unlink(path)
 

@@ -32,8 +32,7 @@ def saw_mpi4py(response: str, example) -> dict:
     """Whether the scoring process has mpi4py imported (``mpi``) or an MPI launcher's
     environment (``mpi_env``), and its process id."""
     mpi_env = any(k.startswith(("OMPI_", "PMIX_", "PMI_")) for k in os.environ)
-    return {"score": 1.0, "mpi": float("mpi4py" in sys.modules), "mpi_env": float(mpi_env),
-            "pid": float(os.getpid())}
+    return {"score": 1.0, "mpi": float("mpi4py" in sys.modules), "mpi_env": float(mpi_env), "pid": float(os.getpid())}
 
 
 def _on_trigger(response: str) -> bool:

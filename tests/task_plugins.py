@@ -16,7 +16,7 @@ class Countdown(Task):
     def __init__(self, config, seed=0):
         super().__init__(config, seed)
         rows = [Example(id=i, prompt=str(i), answer=str(i - 1)) for i in range(config.size + 3)]
-        self._splits = {"train": rows[: config.size], "eval": rows[config.size:]}
+        self._splits = {"train": rows[: config.size], "eval": rows[config.size :]}
 
 
 class NotATask:

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from mpi_helpers import REPO, run_mpi, run_python
 
 ABORT_WITHIN_S = 10.0
@@ -127,8 +126,7 @@ def pytest_under_mpi(tmp_path: Path, tests: str, *args: str, timeout: float = 90
     (tmp_path / "pytest.ini").write_text("[pytest]\n")  # keep the repository's settings out
     import sys
 
-    argv = [sys.executable, "-m", "pytest", "--with-mpi", "-p", "no:cacheprovider", "--color=no", str(tmp_path),
-            *args]
+    argv = [sys.executable, "-m", "pytest", "--with-mpi", "-p", "no:cacheprovider", "--color=no", str(tmp_path), *args]
     return run_mpi(2, argv, timeout=timeout, cwd=tmp_path)
 
 

@@ -34,8 +34,11 @@ def test_too_few_ranks_is_a_clear_error():
 
 
 def test_advise_from_a_run_folder(tmp_path):
-    (tmp_path / "config.yaml").write_text(yaml.safe_dump(
-        {"world": {"controller": 1, "generator": 1, "reward": 1, "trainer": 1}, "run": {"max_staleness": 1}}))
+    (tmp_path / "config.yaml").write_text(
+        yaml.safe_dump(
+            {"world": {"controller": 1, "generator": 1, "reward": 1, "trainer": 1}, "run": {"max_staleness": 1}}
+        )
+    )
     lines = [{"generation_s": 3.0, "reward_s": 0.1, "training_s": 1.0}] * 5
     (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(m) for m in lines))
     text = advise_from_run(tmp_path, total_ranks=5)

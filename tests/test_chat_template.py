@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -24,8 +23,9 @@ from roles.tasks.prompts import encode_prompts, prompt_text
 from roles.tasks.tiny_bpe import CHAT_TEMPLATE, IM_END, IM_START, PAD, save_bpe_chat_tokenizer
 
 SMALL = problems.ProblemConfig(train=300, test=40, seed=5)
-TINY_SIZE = dict(hidden_size=64, num_layers=1, num_heads=2, intermediate_size=128,
-                 max_position_embeddings=160)  # head dim 32: one of the supported ones
+TINY_SIZE = dict(
+    hidden_size=64, num_layers=1, num_heads=2, intermediate_size=128, max_position_embeddings=160
+)  # head dim 32: one of the supported ones
 
 
 @pytest.fixture(scope="module")
@@ -74,17 +74,20 @@ def test_system_prompt_comes_first(tok):
     ex = Example(1, "What is 2 + 2?", "4")
     cfg = TaskConfig(system_prompt="You are good at sums.")
     got = encode_prompts(tok, [ex], cfg, None).ids[1].tolist()
-    want = template_ids(tok, [{"role": "system", "content": "You are good at sums."},
-                              {"role": "user", "content": ex.prompt}])
+    want = template_ids(
+        tok, [{"role": "system", "content": "You are good at sums."}, {"role": "user", "content": ex.prompt}]
+    )
     assert got == want
     assert tok.decode(got).startswith(f"{IM_START}system\nYou are good at sums.{IM_END}\n{IM_START}user\n")
 
 
 def test_chat_message_prompt_keeps_its_own_turns(tok):
-    messages = ({"role": "system", "content": "Answer with a number."},
-                {"role": "user", "content": "1 + 1?"},
-                {"role": "assistant", "content": "#### 2"},
-                {"role": "user", "content": "2 + 3?"})
+    messages = (
+        {"role": "system", "content": "Answer with a number."},
+        {"role": "user", "content": "1 + 1?"},
+        {"role": "assistant", "content": "#### 2"},
+        {"role": "user", "content": "2 + 3?"},
+    )
     ex = Example(2, messages, "5")
     # The example's own system message wins over the configured one: it is not added twice.
     got = encode_prompts(tok, [ex], TaskConfig(system_prompt="ignored"), None).ids[2].tolist()
@@ -222,8 +225,10 @@ def test_generic_sft_puts_loss_on_targets_and_calls_evaluate(tmp_path, tok):
     from roles.sft import SFTConfig, _pad_rows, sft_train
     from roles.tasks.tiny_llama import build_tiny_llama_for_tokenizer
 
-    rows = [(np.array([5, 6, 7], np.int32), np.array([8, 2], np.int32)),
-            (np.array([5, 9], np.int32), np.array([10, 11, 2], np.int32))]
+    rows = [
+        (np.array([5, 6, 7], np.int32), np.array([8, 2], np.int32)),
+        (np.array([5, 9], np.int32), np.array([10, 11, 2], np.int32)),
+    ]
     ids, mask, labels = _pad_rows(rows, pad_id=0)
     assert ids.tolist() == [[5, 6, 7, 8, 2], [5, 9, 10, 11, 2]]
     assert labels.tolist() == [[-100, -100, -100, 8, 2], [-100, -100, 10, 11, 2]]
@@ -236,8 +241,14 @@ def test_generic_sft_puts_loss_on_targets_and_calls_evaluate(tmp_path, tok):
         return 0.5
 
     threads = torch.get_num_threads()
-    report = sft_train(base, tok, rows * 4, tmp_path / "sft", evaluate,
-                       SFTConfig(fraction=1.0, steps=30, lr=3e-3, batch=4, schedule="cosine"))
+    report = sft_train(
+        base,
+        tok,
+        rows * 4,
+        tmp_path / "sft",
+        evaluate,
+        SFTConfig(fraction=1.0, steps=30, lr=3e-3, batch=4, schedule="cosine"),
+    )
     assert torch.get_num_threads() == threads
     assert report["pairs"] == 8 and report["heldout_acc_before"] == report["heldout_acc_after"] == 0.5
     assert len(calls) == 2 and not calls[1]  # evaluated after training in eval mode
@@ -255,8 +266,13 @@ def test_prepare_end_to_end_and_reuse(tmp_path):
     from roles.sft import SFTConfig
     from roles.tasks.tiny_llama import ModelSize
 
-    cfg = PrepareConfig(problems=problems.ProblemConfig(train=60, test=8), vocab_size=300,
-                        size=ModelSize(**TINY_SIZE), sft=SFTConfig(steps=3, batch=4), max_new_tokens=8)
+    cfg = PrepareConfig(
+        problems=problems.ProblemConfig(train=60, test=8),
+        vocab_size=300,
+        size=ModelSize(**TINY_SIZE),
+        sft=SFTConfig(steps=3, batch=4),
+        max_new_tokens=8,
+    )
     report = prepare(tmp_path, seed=1, config=cfg)
     assert (tmp_path / "data" / "test.parquet").is_file() and (tmp_path / "sft" / "model.safetensors").is_file()
     assert report["train_rows"] == 60 and report["eval_rows"] == 8 and report["too_long"] == 0

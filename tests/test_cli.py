@@ -9,9 +9,9 @@ import subprocess
 import sys
 
 import pytest
+from mpi_helpers import REPO, find_mpirun, run_mpi
 
 from launch import cli
-from mpi_helpers import REPO, find_mpirun, run_mpi
 
 ROOT_VARS = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
 
@@ -59,8 +59,13 @@ def test_check_bad_config_exits_2_naming_the_field(base_config, write_config, ca
 
 def test_check_as_a_command(base_config, write_config):
     # The console script is ``launch.cli:main``; run it as a module the same way.
-    res = subprocess.run([sys.executable, "-m", "launch.cli", "check", str(write_config(base_config))],
-                         capture_output=True, text=True, timeout=60, cwd=REPO)
+    res = subprocess.run(
+        [sys.executable, "-m", "launch.cli", "check", str(write_config(base_config))],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
     assert res.returncode == 0, res.stderr
     assert "controller" in res.stdout and "trainer" in res.stdout
 
@@ -112,8 +117,9 @@ def dry_run(path, capsys) -> str:
 
 
 @pytest.mark.parametrize("cores,oversubscribe", [(2, True), (4, False), (64, False)])
-def test_dry_run_oversubscribes_only_past_the_cores(base_config, write_config, capsys, monkeypatch, as_user,
-                                                     cores, oversubscribe):
+def test_dry_run_oversubscribes_only_past_the_cores(
+    base_config, write_config, capsys, monkeypatch, as_user, cores, oversubscribe
+):
     as_user(root=False)
     monkeypatch.setattr(os, "cpu_count", lambda: cores)
     path = write_config(base_config)

@@ -4,7 +4,7 @@ named CodecError for every kind of malformed input."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any
 
 import msgpack
 import numpy as np
@@ -28,7 +28,7 @@ class Typed:
     ids: np.ndarray
     tags: list[str]
     metrics: dict[str, float]
-    note: Optional[str] = None
+    note: str | None = None
     b: bytes = b""
 
 
@@ -85,8 +85,16 @@ def assert_same(got, want):
 
 
 NP_DTYPES = ["int32", "int64", "float32", "float16", "float64", "bool", "uint8"]
-TORCH_DTYPES = [torch.int32, torch.int64, torch.float32, torch.float16, torch.bfloat16, torch.float64,
-                torch.bool, torch.uint8]
+TORCH_DTYPES = [
+    torch.int32,
+    torch.int64,
+    torch.float32,
+    torch.float16,
+    torch.bfloat16,
+    torch.float64,
+    torch.bool,
+    torch.uint8,
+]
 SHAPES = [(), (0,), (1,), (7,), (3, 0, 2), (2, 3, 4), (40_000,)]  # (40_000,) crosses the OOB threshold
 PATHS = ["encode", "encode_frames"]
 
@@ -194,8 +202,15 @@ def test_typed_message_roundtrip(path):
     m = typed(n=-5, f=2, note="hi", b=b"\x01" * 10, ids=np.arange(70_000, dtype=np.int32))
     got = roundtrip(m, path)
     assert type(got) is Typed
-    assert (got.n, got.f, got.s, got.tags, got.metrics, got.note, got.b) == (-5, 2, "s", ["a"], {"r": 1.0}, "hi",
-                                                                            b"\x01" * 10)
+    assert (got.n, got.f, got.s, got.tags, got.metrics, got.note, got.b) == (
+        -5,
+        2,
+        "s",
+        ["a"],
+        {"r": 1.0},
+        "hi",
+        b"\x01" * 10,
+    )
     assert_same(got.ids, m.ids)
 
 
@@ -268,8 +283,16 @@ def test_registering_a_name_twice_is_refused():
 
 
 def body(**fields) -> dict:
-    out = {"type": "CodecTestTyped", "v": codec.SCHEMA_VERSION, "n": 1, "f": 0.5, "s": "s",
-           "ids": np.arange(3, dtype=np.int32), "tags": ["a"], "metrics": {"r": 1.0}}
+    out = {
+        "type": "CodecTestTyped",
+        "v": codec.SCHEMA_VERSION,
+        "n": 1,
+        "f": 0.5,
+        "s": "s",
+        "ids": np.arange(3, dtype=np.int32),
+        "tags": ["a"],
+        "metrics": {"r": 1.0},
+    }
     out.update(fields)
     return {k: v for k, v in out.items() if v is not DROP}
 
@@ -298,8 +321,16 @@ def test_trailing_bytes():
 
 @pytest.mark.parametrize(
     "garbage",
-    [b"", b"\xc1", b"\xff" * 16, b"\x00", bytes(range(256)), b"hello world", msgpack.packb([1, 2, 3]),
-     msgpack.packb("type")],
+    [
+        b"",
+        b"\xc1",
+        b"\xff" * 16,
+        b"\x00",
+        bytes(range(256)),
+        b"hello world",
+        msgpack.packb([1, 2, 3]),
+        msgpack.packb("type"),
+    ],
     ids=["empty", "never-used-byte", "ff", "int", "ramp", "text", "list", "string"],
 )
 def test_garbage_is_a_codec_error(garbage):
@@ -429,8 +460,7 @@ class RaggedMsg:
 
 def _ragged_ext_count(data: bytes) -> int:
     seen = []
-    msgpack.unpackb(data, raw=False, strict_map_key=False,
-                    ext_hook=lambda code, d: seen.append(code) or None)
+    msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=lambda code, d: seen.append(code) or None)
     return seen.count(codec._EXT_RAGGED)
 
 
@@ -448,14 +478,18 @@ def test_a_ragged_list_round_trips(path, dtype):
     assert_same(got.ids[2], arrays[2])
 
 
-@pytest.mark.parametrize("ids", [
-    [np.arange(3)],  # one array: nothing to share
-    [np.arange(3), np.arange(4).reshape(2, 2)],  # not all 1-d
-    [np.arange(3, dtype=np.int32), np.arange(3, dtype=np.int64)],  # two dtypes
-    [np.arange(3), [1, 2]],  # not all arrays
-    [np.zeros(codec.OOB_THRESHOLD_BYTES // 8), np.zeros(8)],  # large: out-of-band instead
-    [np.arange(6)[::2], np.arange(3)],  # a strided view
-], ids=["single", "2d", "dtypes", "non-array", "large", "strided"])
+@pytest.mark.parametrize(
+    "ids",
+    [
+        [np.arange(3)],  # one array: nothing to share
+        [np.arange(3), np.arange(4).reshape(2, 2)],  # not all 1-d
+        [np.arange(3, dtype=np.int32), np.arange(3, dtype=np.int64)],  # two dtypes
+        [np.arange(3), [1, 2]],  # not all arrays
+        [np.zeros(codec.OOB_THRESHOLD_BYTES // 8), np.zeros(8)],  # large: out-of-band instead
+        [np.arange(6)[::2], np.arange(3)],  # a strided view
+    ],
+    ids=["single", "2d", "dtypes", "non-array", "large", "strided"],
+)
 def test_lists_that_are_not_ragged_take_the_plain_path(ids):
     msg = RaggedMsg(ids=[], other=ids)
     assert _ragged_ext_count(codec.encode(msg)) == 0
@@ -475,15 +509,19 @@ def ragged_ext(dtype: str, lengths, payload: bytes) -> msgpack.ExtType:
     return msgpack.ExtType(codec._EXT_RAGGED, len(h).to_bytes(4, "little") + h + payload)
 
 
-@pytest.mark.parametrize("ext,match", [
-    (msgpack.ExtType(codec._EXT_RAGGED, b"\x01"), "truncated"),
-    (ragged_ext("<i4", [2, 1], bytes(8)), "holds 8 bytes but its lengths need 12"),
-    (ragged_ext("<i4", [2, -1], bytes(4)), "bad lengths"),
-    (ragged_ext("<i4", "2", bytes(8)), "bad lengths"),
-    (ragged_ext("no-such-dtype", [1], bytes(4)), "malformed header"),
-    (ragged_ext("|O", [1], bytes(8)), "malformed header"),
-    (msgpack.ExtType(codec._EXT_RAGGED, (3).to_bytes(4, "little") + b"\xc1\xc1\xc1"), "malformed header"),
-], ids=["truncated", "short", "negative", "not-a-list", "dtype", "object", "garbage"])
+@pytest.mark.parametrize(
+    "ext,match",
+    [
+        (msgpack.ExtType(codec._EXT_RAGGED, b"\x01"), "truncated"),
+        (ragged_ext("<i4", [2, 1], bytes(8)), "holds 8 bytes but its lengths need 12"),
+        (ragged_ext("<i4", [2, -1], bytes(4)), "bad lengths"),
+        (ragged_ext("<i4", "2", bytes(8)), "bad lengths"),
+        (ragged_ext("no-such-dtype", [1], bytes(4)), "malformed header"),
+        (ragged_ext("|O", [1], bytes(8)), "malformed header"),
+        (msgpack.ExtType(codec._EXT_RAGGED, (3).to_bytes(4, "little") + b"\xc1\xc1\xc1"), "malformed header"),
+    ],
+    ids=["truncated", "short", "negative", "not-a-list", "dtype", "object", "garbage"],
+)
 def test_a_malformed_ragged_list_is_a_codec_error(ext, match):
     data = msgpack.packb({"type": "CodecTestRagged", "v": codec.SCHEMA_VERSION, "ids": ext, "other": None})
     with pytest.raises(CodecError, match=match):

@@ -45,7 +45,11 @@ def test_valid_config_and_rank_table(base_config):
     table = config.rank_table(cfg).splitlines()
     assert table[0].split() == ["rank", "role", "index"]
     assert [row.split() for row in table[1:]] == [
-        ["0", "controller", "0"], ["1", "generator", "0"], ["2", "reward", "0"], ["3", "trainer", "0"]]
+        ["0", "controller", "0"],
+        ["1", "generator", "0"],
+        ["2", "reward", "0"],
+        ["3", "trainer", "0"],
+    ]
 
 
 def test_shorthand_and_long_form_agree(base_config):
@@ -65,9 +69,14 @@ def test_load_from_yaml_file(base_config, write_config):
 
 @pytest.mark.parametrize(
     "dotted,where",
-    [("wrld", "wrld"), ("run.stepz", "run.stepz"), ("world.controler", "world.controler"),
-     ("world.generator.engin", "world.generator.engin"), ("model.dtyp", "model.dtyp"),
-     ("algorithm.rh0", "algorithm.rh0")],
+    [
+        ("wrld", "wrld"),
+        ("run.stepz", "run.stepz"),
+        ("world.controler", "world.controler"),
+        ("world.generator.engin", "world.generator.engin"),
+        ("model.dtyp", "model.dtyp"),
+        ("algorithm.rh0", "algorithm.rh0"),
+    ],
 )
 def test_unknown_key(base_config, dotted, where):
     value = {"ranks": 1} if dotted.startswith("world.") and dotted.count(".") == 1 else 1
@@ -111,8 +120,9 @@ def test_an_int_is_a_valid_float(base_config):
     assert cfg.rollout.temperature == 1.0 and isinstance(cfg.rollout.temperature, float)
 
 
-@pytest.mark.parametrize("text,value", [("1e-5", 1e-5), ("3.0e-5", 3e-5), ("2E-4", 2e-4),
-                                        ("+1e-3", 1e-3), (".5", 0.5), ("1", 1.0)])
+@pytest.mark.parametrize(
+    "text,value", [("1e-5", 1e-5), ("3.0e-5", 3e-5), ("2E-4", 2e-4), ("+1e-3", 1e-3), (".5", 0.5), ("1", 1.0)]
+)
 def test_learning_rate_as_users_write_it_in_yaml(base_config, write_config, text, value):
     # PyYAML reads 1e-5 (no dot) as a string; the role-map loader reads it as a number
     path = write_config(mutate(base_config, "algorithm.lr", "PLACEHOLDER"))

@@ -12,10 +12,10 @@ import subprocess
 import sys
 
 import pytest
+from mpi_helpers import REPO
 
 from launch import config
 from launch.data import prepare_data
-from mpi_helpers import REPO
 
 
 def parse(base, **sections):
@@ -31,8 +31,10 @@ def refused(base, match, **sections):
 
 @pytest.fixture
 def gsm8k_files(tmp_path):
-    rows = [{"question": f"Ann has {i} pens and buys 2 more. How many pens?", "answer": f"{i}+2={i + 2}\n#### {i + 2}"}
-            for i in range(10)]
+    rows = [
+        {"question": f"Ann has {i} pens and buys 2 more. How many pens?", "answer": f"{i}+2={i + 2}\n#### {i + 2}"}
+        for i in range(10)
+    ]
     train, test = tmp_path / "train.jsonl", tmp_path / "test.jsonl"
     train.write_text("".join(json.dumps(r) + "\n" for r in rows[:7]))
     test.write_text("".join(json.dumps(r) + "\n" for r in rows[7:]))
@@ -69,16 +71,20 @@ def test_a_task_must_be_named_and_brings_its_reward(base_config):
     del raw["task"]
     with pytest.raises(config.ConfigError, match=r"task: required but missing"):
         config.parse(raw)
-    refused(base_config, r"task\.name: required but missing \(a built-in task: arith, dataset, gsm8k, math",
-            task={"max_operand": 3})
+    refused(
+        base_config,
+        r"task\.name: required but missing \(a built-in task: arith, dataset, gsm8k, math",
+        task={"max_operand": 3},
+    )
     refused(base_config, r"task: a mapping", task="gsm8k")
 
 
 def test_task_sections_are_checked_by_the_tasks_own_config(base_config, gsm8k_files):
     train, test = map(str, gsm8k_files)
     refused(base_config, r"task\.name: unknown task 'gsm9k'", task={"name": "gsm9k"})
-    refused(base_config, r"task\.max_operand: unknown key", task={"name": "gsm8k", "train_files": [train],
-                                                                   "max_operand": 3})
+    refused(
+        base_config, r"task\.max_operand: unknown key", task={"name": "gsm8k", "train_files": [train], "max_operand": 3}
+    )
     refused(base_config, r"task\.train_files: required", task={"name": "gsm8k"})
     refused(base_config, r"task\.train_files\[0\].*no_such", task={"name": "gsm8k", "train_files": ["no_such.jsonl"]})
     refused(base_config, r"task\.max_operand", task={"name": "arith", "max_operand": "20"})
@@ -123,7 +129,10 @@ def test_reward_mistakes_are_named(base_config):
     refused(base_config, r"logged as .exact.", reward=["exact", "exact"])
     refused(base_config, r"cannot be logged as .correct.", reward=[{"name": "exact", "label": "correct"}])
     refused(base_config, r"reward\.timeout_s", reward={"name": "exact", "timeout_s": 0})
-    assert parse(base_config, reward=["exact", {"name": "exact", "label": "exact2"}]).reward.components[1].logged_as == "exact2"
+    assert (
+        parse(base_config, reward=["exact", {"name": "exact", "label": "exact2"}]).reward.components[1].logged_as
+        == "exact2"
+    )
 
 
 # ------------------------------------------------------------------ eval and context
@@ -144,8 +153,11 @@ def test_prompt_and_response_must_fit_the_models_context(base_config, dummy_mode
     (dummy_model / "config.json").write_text(json.dumps({"model_type": "llama", "max_position_embeddings": 64}))
     assert parse(base_config).prompt_token_limit() == 64 - 4
     assert parse(base_config, eval={"max_new_tokens": 10}).prompt_token_limit() == 64 - 10
-    refused(base_config, r"task\.max_prompt_tokens \(62\) \+ rollout\.max_new_tokens \(4\) exceeds .* 64",
-            task={"name": "arith", "max_prompt_tokens": 62})
+    refused(
+        base_config,
+        r"task\.max_prompt_tokens \(62\) \+ rollout\.max_new_tokens \(4\) exceeds .* 64",
+        task={"name": "arith", "max_prompt_tokens": 62},
+    )
     refused(base_config, r"eval\.max_new_tokens \(64\) leaves no room", eval={"max_new_tokens": 64})
     assert parse(base_config, task={"name": "arith", "max_prompt_tokens": 60}).prompt_token_limit() == 60
 
@@ -157,8 +169,11 @@ def test_data_is_prepared_with_counts(bpe_config, gsm8k_files):
     from transformers import AutoTokenizer
 
     train, test = map(str, gsm8k_files)
-    cfg = parse(bpe_config, task={"name": "gsm8k", "train_files": [train], "eval_files": [test]},
-                eval={"every_steps": 2, "examples": 2})
+    cfg = parse(
+        bpe_config,
+        task={"name": "gsm8k", "train_files": [train], "eval_files": [test]},
+        eval={"every_steps": 2, "examples": 2},
+    )
     data = prepare_data(cfg)
     assert len(data.train_prompts) == 7 and list(data.eval_prompts) == [7, 8]  # the first 2 eval examples
     assert data.stats["prompts_too_long"] == 0 and data.stats["train_examples"] == 7
@@ -196,8 +211,14 @@ def test_long_prompts_are_left_out_and_counted(base_config):
 
 
 def _check(path):
-    return subprocess.run([sys.executable, "-m", "launch.cli", "check", str(path)], capture_output=True, text=True,
-                          cwd=REPO, timeout=120, env={"PYTHONPATH": f"{REPO}:{REPO / 'tests'}", "PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        [sys.executable, "-m", "launch.cli", "check", str(path)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+        env={"PYTHONPATH": f"{REPO}:{REPO / 'tests'}", "PATH": "/usr/bin:/bin"},
+    )
 
 
 def test_mpirl_check_reads_the_data(bpe_config, gsm8k_files, write_config, tmp_path):

@@ -49,8 +49,16 @@ def test_reward_rises_within_the_staleness_bound(tmp_path, sft_model, staleness)
     assert [m["policy_version"] for m in metrics] == list(range(1, steps + 1))
     for m in metrics:
         assert m["staleness_max"] <= staleness, m
-        for key in ("reward_mean", "correct_mean", "loss", "tokens", "generation_s", "reward_s",
-                    "training_s", "weight_sync_s"):
+        for key in (
+            "reward_mean",
+            "correct_mean",
+            "loss",
+            "tokens",
+            "generation_s",
+            "reward_s",
+            "training_s",
+            "weight_sync_s",
+        ):
             assert m[key] is not None, key
     if staleness == 1:
         # The overlap actually happened: some batches were sampled one version behind.
@@ -68,9 +76,13 @@ def test_a_broken_user_verifier_does_not_stop_the_run(tmp_path, sft_model):
 
 
 def test_a_slow_user_verifier_is_cut_at_its_limit(tmp_path, sft_model):
-    metrics = run(tmp_path, sft_model,
-                  rollout={"prompts_per_step": 2, "samples_per_prompt": 2},
-                  run={"steps": 2}, reward={"name": "user_verifiers:slow", "timeout_s": 0.2})
+    metrics = run(
+        tmp_path,
+        sft_model,
+        rollout={"prompts_per_step": 2, "samples_per_prompt": 2},
+        run={"steps": 2},
+        reward={"name": "user_verifiers:slow", "timeout_s": 0.2},
+    )
     assert sum(m["verifier_timeouts"] for m in metrics) == 2 * 2 * 2
     assert all(m["reward_mean"] == 0.0 for m in metrics)
 
@@ -78,8 +90,9 @@ def test_a_slow_user_verifier_is_cut_at_its_limit(tmp_path, sft_model):
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed (make test installs it)")
 def test_the_vllm_engine_runs_the_same_job(tmp_path, sft_model):
     """engine: vllm in place of torch: weights pushed into vLLM each step, same reward pipeline."""
-    metrics = run(tmp_path, sft_model, world={"generator": {"ranks": 1, "engine": "vllm"}},
-                  run={"steps": 4, "max_staleness": 1})
+    metrics = run(
+        tmp_path, sft_model, world={"generator": {"ranks": 1, "engine": "vllm"}}, run={"steps": 4, "max_staleness": 1}
+    )
     assert [m["policy_version"] for m in metrics] == [1, 2, 3, 4]
     assert all(0.0 <= m["reward_mean"] <= 1.0 for m in metrics)
     assert sum(m["reward_mean"] for m in metrics) > 0  # the warm-started policy scores some
@@ -95,9 +108,14 @@ def test_sharded_trainers_feed_two_generators(tmp_path, sft_model, transport):
 
     With GRPO and a KL term, so the frozen reference is loaded and sharded like the policy;
     over gloo and over MPI buffers, with the generators' receives posted ahead of each push."""
-    metrics = run(tmp_path, sft_model, world={"generator": 2, "trainer": 2},
-                  weights={"transport": transport},
-                  algorithm={"loss": "grpo", "kl_coef": 0.05}, run={"steps": 4, "max_staleness": 1})
+    metrics = run(
+        tmp_path,
+        sft_model,
+        world={"generator": 2, "trainer": 2},
+        weights={"transport": transport},
+        algorithm={"loss": "grpo", "kl_coef": 0.05},
+        run={"steps": 4, "max_staleness": 1},
+    )
     assert [m["policy_version"] for m in metrics] == [1, 2, 3, 4]
     assert all(m["tokens"] > 0 and m["trainer"]["samples"] == 16 * 8 for m in metrics)
     # With a KL term every sample is trained on; the policy moves away from its reference.
@@ -115,8 +133,12 @@ def test_sharded_trainers_feed_two_generators(tmp_path, sft_model, transport):
 
 def test_colocated_ranks_take_turns(tmp_path, sft_model):
     """The DeepSpeed-Chat-like baseline: 2 ranks generate, then train data-parallel, in turn."""
-    metrics = run(tmp_path, sft_model, world={"generator": {"ranks": 0}, "trainer": 0, "colocated": 2},
-                  run={"steps": 3, "max_staleness": 0})
+    metrics = run(
+        tmp_path,
+        sft_model,
+        world={"generator": {"ranks": 0}, "trainer": 0, "colocated": 2},
+        run={"steps": 3, "max_staleness": 0},
+    )
     assert [m["policy_version"] for m in metrics] == [1, 2, 3]
     assert all(m["staleness_max"] == 0 and m["trainer"]["samples"] == 16 * 8 for m in metrics)
     assert set(metrics[-1]["busy"]) == {"colocated", "reward"}

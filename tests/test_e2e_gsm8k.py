@@ -26,8 +26,9 @@ pytestmark = pytest.mark.timeout(900)
 @pytest.fixture(scope="module")
 def prepared(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("gsm8k")
-    small = gsm8k.PrepareConfig(problems=ProblemConfig(train=400, test=40),
-                                sft=dataclasses.replace(gsm8k.PrepareConfig().sft, steps=60))
+    small = gsm8k.PrepareConfig(
+        problems=ProblemConfig(train=400, test=40), sft=dataclasses.replace(gsm8k.PrepareConfig().sft, steps=60)
+    )
     gsm8k.prepare(root, seed=0, config=small)
     return root
 
@@ -37,8 +38,10 @@ def test_gsm8k_recipe_trains_and_evaluates(tmp_path, prepared):
     steps = 6
     overrides = {
         "model": {"path": str(prepared / "sft")},
-        "task": {"train_files": [str(prepared / "data" / "train.parquet")],
-                 "eval_files": [str(prepared / "data" / "test.jsonl")]},
+        "task": {
+            "train_files": [str(prepared / "data" / "train.parquet")],
+            "eval_files": [str(prepared / "data" / "test.jsonl")],
+        },
         "rollout": {"prompts_per_step": 8, "samples_per_prompt": 4},
         "eval": {"every_steps": 3, "before_training": True, "samples": 2},
         "run": {"steps": steps, "out": str(out), "progress": False},

@@ -7,7 +7,6 @@ import tomllib
 
 import pytest
 import yaml
-
 from mpi_helpers import REPO
 
 # conda-forge names that differ from the PyPI names pyproject uses.

@@ -17,10 +17,18 @@ import pytest
 from launch import config
 from roles.controller import ControllerActor
 from roles.evaluation import ks_for, pass_at_k
-from roles.protocol import (EVAL_GREEDY, EVAL_SAMPLED, TRAIN, BatchDone, EvalScored, FinalVersion,
-                            PromptBatch, Scored, StepDone)
+from roles.protocol import (
+    EVAL_GREEDY,
+    EVAL_SAMPLED,
+    TRAIN,
+    BatchDone,
+    EvalScored,
+    FinalVersion,
+    PromptBatch,
+    Scored,
+    StepDone,
+)
 from runtime import Envelope, Stop
-
 
 # ------------------------------------------------------------------------ pass@k
 
@@ -32,8 +40,10 @@ def _pass_at_k_by_enumeration(n: int, c: int, k: int) -> float:
     return sum(any(samples[i] for i in s) for s in subsets) / len(subsets)
 
 
-@pytest.mark.parametrize("n,c,k", [(4, 0, 1), (4, 1, 1), (4, 1, 2), (4, 2, 2), (4, 3, 4), (5, 2, 3),
-                                   (8, 1, 4), (8, 7, 2), (10, 3, 5), (6, 6, 1)])
+@pytest.mark.parametrize(
+    "n,c,k",
+    [(4, 0, 1), (4, 1, 1), (4, 1, 2), (4, 2, 2), (4, 3, 4), (5, 2, 3), (8, 1, 4), (8, 7, 2), (10, 3, 5), (6, 6, 1)],
+)
 def test_pass_at_k_is_the_unbiased_estimator(n, c, k):
     assert pass_at_k(n, c, k) == pytest.approx(_pass_at_k_by_enumeration(n, c, k))
     assert pass_at_k(n, c, k) == pytest.approx(1 - math.comb(n - c, k) / math.comb(n, k))
@@ -86,8 +96,16 @@ def _controller(tmp_path, base_config, steps=4, eval_cfg=None, n_eval=3):
     prompts = {i: np.array([1, 2, i], dtype=np.int32) for i in range(8)}
     evals = {100 + i: np.array([1, 3, i], dtype=np.int32) for i in range(n_eval)}
     mb = _Mailbox()
-    ctl = ControllerActor(mb, cfg.run, rollout=cfg.rollout, evaluation=cfg.eval, routes=cfg.routes(), prompts=prompts,
-                          eval_prompts=evals, data_stats={"prompts_too_long": 2})
+    ctl = ControllerActor(
+        mb,
+        cfg.run,
+        rollout=cfg.rollout,
+        evaluation=cfg.eval,
+        routes=cfg.routes(),
+        prompts=prompts,
+        eval_prompts=evals,
+        data_stats={"prompts_too_long": 2},
+    )
     return ctl, mb, cfg
 
 
@@ -95,24 +113,69 @@ def _scored_eval(ctl, batch: PromptBatch, correct_of):
     """Answer every group of an eval batch as a reward rank would; ``correct_of(eid, j)`` in {0, 1}."""
     for eid in batch.example_ids:
         correct = [float(correct_of(eid, j)) for j in range(batch.samples_per_prompt)]
-        ctl.on_eval_scored(Envelope(("reward", 0), EvalScored(
-            eval_round=batch.eval_round, example_id=eid, purpose=batch.purpose, policy_version=batch.min_version,
-            scores=correct, correct=correct, lengths=[3] * len(correct), clipped=0, failures=0, timeouts=0,
-            score_s=0.01)))
+        ctl.on_eval_scored(
+            Envelope(
+                ("reward", 0),
+                EvalScored(
+                    eval_round=batch.eval_round,
+                    example_id=eid,
+                    purpose=batch.purpose,
+                    policy_version=batch.min_version,
+                    scores=correct,
+                    correct=correct,
+                    lengths=[3] * len(correct),
+                    clipped=0,
+                    failures=0,
+                    timeouts=0,
+                    score_s=0.01,
+                ),
+            )
+        )
 
 
 def _train_step(ctl, step, version):
-    ctl.on_scored(Envelope(("reward", 0), Scored(
-        step=step, groups=4, score_s=0.1, failures=1, timeouts=0, samples=8, reward_sum=4.0, correct_sum=3.0,
-        components={"arith_exact": 4.0, "correct": 3.0}, length_sum=40, length_max=9, clipped=2,
-        zero_advantage_groups=1)))
-    ctl.on_step_done(Envelope(("trainer", 0), StepDone(step=step, version=version, metrics={
-        "reward_mean": 0.5, "loss": 0.1, "tokens": 40.0, "train_s": 0.2, "pushed_version": float(version)})))
+    ctl.on_scored(
+        Envelope(
+            ("reward", 0),
+            Scored(
+                step=step,
+                groups=4,
+                score_s=0.1,
+                failures=1,
+                timeouts=0,
+                samples=8,
+                reward_sum=4.0,
+                correct_sum=3.0,
+                components={"arith_exact": 4.0, "correct": 3.0},
+                length_sum=40,
+                length_max=9,
+                clipped=2,
+                zero_advantage_groups=1,
+            ),
+        )
+    )
+    ctl.on_step_done(
+        Envelope(
+            ("trainer", 0),
+            StepDone(
+                step=step,
+                version=version,
+                metrics={
+                    "reward_mean": 0.5,
+                    "loss": 0.1,
+                    "tokens": 40.0,
+                    "train_s": 0.2,
+                    "pushed_version": float(version),
+                },
+            ),
+        )
+    )
 
 
 def test_eval_rounds_are_sent_tagged_and_their_figures_computed(tmp_path, base_config):
-    ctl, mb, cfg = _controller(tmp_path, base_config, steps=4,
-                               eval_cfg={"every_steps": 2, "before_training": True, "samples": 4})
+    ctl, mb, cfg = _controller(
+        tmp_path, base_config, steps=4, eval_cfg={"every_steps": 2, "before_training": True, "samples": 4}
+    )
     # Before training: the greedy pass and the sampled pass of round 0, sent before any training batch.
     first = [m for _, m in mb.sent]
     assert first[0].purpose == EVAL_GREEDY and first[0].min_version == 0
@@ -170,13 +233,40 @@ def test_eval_rounds_are_sent_tagged_and_their_figures_computed(tmp_path, base_c
 
 def test_step_metrics_from_the_reward_notices(tmp_path, base_config):
     ctl, mb, _ = _controller(tmp_path, base_config, steps=2)
-    ctl.on_batch_done(Envelope(("generator", 0), BatchDone(
-        batch_id=0, step=0, groups=4, tokens=40, policy_version=0, generate_s=0.5, wait_s=0.0,
-        weight_load_s=0.0, weight_syncs=0)))
+    ctl.on_batch_done(
+        Envelope(
+            ("generator", 0),
+            BatchDone(
+                batch_id=0,
+                step=0,
+                groups=4,
+                tokens=40,
+                policy_version=0,
+                generate_s=0.5,
+                wait_s=0.0,
+                weight_load_s=0.0,
+                weight_syncs=0,
+            ),
+        )
+    )
     # An eval batch's generation time is the eval's, not the step's.
-    ctl.on_batch_done(Envelope(("generator", 0), BatchDone(
-        batch_id=1, step=0, groups=4, tokens=40, policy_version=0, generate_s=9.0, wait_s=0.0,
-        weight_load_s=0.0, weight_syncs=0, eval_round=0)))
+    ctl.on_batch_done(
+        Envelope(
+            ("generator", 0),
+            BatchDone(
+                batch_id=1,
+                step=0,
+                groups=4,
+                tokens=40,
+                policy_version=0,
+                generate_s=9.0,
+                wait_s=0.0,
+                weight_load_s=0.0,
+                weight_syncs=0,
+                eval_round=0,
+            ),
+        )
+    )
     _train_step(ctl, 0, 1)
     rec = ctl.history[0]
     assert rec["generation_s"] == 0.5

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import collections
 import copy
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 from launch import config
 from roles.generator import GeneratorActor
-from roles.protocol import WeightsPushed
-from roles.protocol import Schedule
+from roles.protocol import Schedule, WeightsPushed
 from runtime import Envelope
 
 
@@ -73,8 +71,9 @@ def _generator(base_config, steps: int):
     raw["run"]["steps"] = steps
     receiver, engine = _Receiver(), _Engine()
     cfg = config.parse(raw)
-    gen = GeneratorActor(_Mailbox(), cfg.rollout, schedule=cfg.schedule(), routes=cfg.routes(), engine=engine,
-                         receiver=receiver)
+    gen = GeneratorActor(
+        _Mailbox(), cfg.rollout, schedule=cfg.schedule(), routes=cfg.routes(), engine=engine, receiver=receiver
+    )
     return gen, receiver, engine
 
 
@@ -112,11 +111,14 @@ def test_stop_takes_in_every_pushed_version_without_loading(base_config):
     assert receiver.version is None
 
 
-@pytest.mark.parametrize("versions, error", [
-    ((2,), "announced weights version 2, expected 1"),
-    ((1, 1), "announced weights version 1, expected 2"),
-    ((1, 2, 3), "announced weights version 3, but a run of 3 steps pushes versions up to 2"),
-])
+@pytest.mark.parametrize(
+    "versions, error",
+    [
+        ((2,), "announced weights version 2, expected 1"),
+        ((1, 1), "announced weights version 1, expected 2"),
+        ((1, 2, 3), "announced weights version 3, but a run of 3 steps pushes versions up to 2"),
+    ],
+)
 def test_an_announcement_out_of_order_or_past_the_last_version_is_refused(base_config, versions, error):
     gen, _, _ = _generator(base_config, steps=3)
     with pytest.raises(RuntimeError, match=error):

@@ -15,15 +15,24 @@ from roles.models.base import layers_by_name
 from roles.models.llama import llama_tp_dim
 
 LLAMA_SHAPES = {  # a tiny Llama's parameters, by Hugging Face name
-    "model.embed_tokens.weight": (37, 8), "model.layers.0.self_attn.q_proj.weight": (8, 8),
-    "model.layers.0.self_attn.k_proj.weight": (4, 8), "model.layers.0.self_attn.v_proj.weight": (4, 8),
-    "model.layers.0.self_attn.o_proj.weight": (8, 8), "model.layers.0.mlp.gate_proj.weight": (12, 8),
-    "model.layers.0.mlp.up_proj.weight": (12, 8), "model.layers.0.mlp.down_proj.weight": (8, 12),
-    "model.layers.0.input_layernorm.weight": (8,), "model.norm.weight": (8,),
-    "lm_head.weight": (37, 8)}
-QWEN2_SHAPES = {**LLAMA_SHAPES, "model.layers.0.self_attn.q_proj.bias": (8,),
-                "model.layers.0.self_attn.k_proj.bias": (4,),
-                "model.layers.0.self_attn.v_proj.bias": (4,)}
+    "model.embed_tokens.weight": (37, 8),
+    "model.layers.0.self_attn.q_proj.weight": (8, 8),
+    "model.layers.0.self_attn.k_proj.weight": (4, 8),
+    "model.layers.0.self_attn.v_proj.weight": (4, 8),
+    "model.layers.0.self_attn.o_proj.weight": (8, 8),
+    "model.layers.0.mlp.gate_proj.weight": (12, 8),
+    "model.layers.0.mlp.up_proj.weight": (12, 8),
+    "model.layers.0.mlp.down_proj.weight": (8, 12),
+    "model.layers.0.input_layernorm.weight": (8,),
+    "model.norm.weight": (8,),
+    "lm_head.weight": (37, 8),
+}
+QWEN2_SHAPES = {
+    **LLAMA_SHAPES,
+    "model.layers.0.self_attn.q_proj.bias": (8,),
+    "model.layers.0.self_attn.k_proj.bias": (4,),
+    "model.layers.0.self_attn.v_proj.bias": (4,),
+}
 
 
 def test_importing_roles_models_does_not_import_torch():
@@ -51,8 +60,14 @@ def test_spec_of_a_model_and_its_decoder_layers():
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(vocab_size=17, hidden_size=16, intermediate_size=32, num_hidden_layers=3,
-                      num_attention_heads=2, num_key_value_heads=2)
+    cfg = LlamaConfig(
+        vocab_size=17,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+    )
     model = LlamaForCausalLM(cfg)
     spec = spec_for(model)
     assert spec is MODEL_SPECS["llama"]
@@ -66,8 +81,16 @@ def test_spec_of_a_model_and_its_decoder_layers():
 def test_llama_tp_rules_unchanged():
     assert llama_tp_dim("model.layers.0.self_attn.o_proj.weight", 2) == 1
     assert llama_tp_dim("model.layers.0.mlp.down_proj.weight", 2) == 1
-    for name in ("q_proj.weight", "k_proj.weight", "v_proj.weight", "gate_proj.weight",
-                 "up_proj.weight", "q_proj.bias", "k_proj.bias", "v_proj.bias"):
+    for name in (
+        "q_proj.weight",
+        "k_proj.weight",
+        "v_proj.weight",
+        "gate_proj.weight",
+        "up_proj.weight",
+        "q_proj.bias",
+        "k_proj.bias",
+        "v_proj.bias",
+    ):
         assert llama_tp_dim(f"model.layers.3.x.{name}", 2 if name.endswith("weight") else 1) == 0
     assert llama_tp_dim("model.embed_tokens.weight", 2) == 0
     assert llama_tp_dim("lm_head.weight", 2) == 0
@@ -191,3 +214,18 @@ def test_model_config_errors(tmp_path):
     assert "path" in _error()  # required
     assert "dtyp" in _error(path=str(empty), dtyp="float32")  # unknown keys are errors
     assert "path" in _error(path=3)  # strict: no coercion
+
+
+def test_a_new_family_is_one_spec_and_one_registry_entry(monkeypatch):
+    # the worked example of docs/architecture.md: Mistral names its parameters like Llama
+    from roles import models
+    from roles.models.base import ModelSpec
+    from roles.models.llama import llama_tp_dim
+
+    mistral = ModelSpec(name="mistral", architectures=("MistralForCausalLM",), tp_rule=llama_tp_dim)
+    assert models.spec_for({"architectures": ["MistralForCausalLM"]}) is models.GENERIC
+    monkeypatch.setitem(models.MODEL_SPECS, "mistral", mistral)
+    assert models.spec_for({"architectures": ["MistralForCausalLM"]}) is mistral
+    assert models.spec_for({"model_type": "mistral"}) is mistral
+    need = models.tp_need(mistral, [("model.layers.0.self_attn.o_proj.weight", (8, 12))], tp_rank=1, tp_size=2)
+    assert need.box("model.layers.0.self_attn.o_proj.weight", (8, 12)) == ((0, 8), (6, 12))

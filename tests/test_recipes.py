@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from mpi_helpers import REPO
 
 from launch import config
-from mpi_helpers import REPO
 
 RECIPES = {
     "examples/gsm8k/qwen2.5-0.5b-1node.yaml": ("gsm8k", 32768),
@@ -28,10 +28,17 @@ RECIPES = {
 
 def _rows(kind: str, n: int) -> list[dict]:
     if kind == "gsm8k":
-        return [{"question": f"Tom has {i} apples and eats 1. How many are left?", "answer": f"{i} - 1 = {i - 1}\n#### {i - 1}"}
-                for i in range(2, 2 + n)]
-    return [{"problem": f"What is $\\frac{{{i}}}{{2}}$?", "solution": f"It is $\\boxed{{\\frac{{{i}}}{{2}}}}$."}
-            for i in range(1, 1 + n)]
+        return [
+            {
+                "question": f"Tom has {i} apples and eats 1. How many are left?",
+                "answer": f"{i} - 1 = {i - 1}\n#### {i - 1}",
+            }
+            for i in range(2, 2 + n)
+        ]
+    return [
+        {"problem": f"What is $\\frac{{{i}}}{{2}}$?", "solution": f"It is $\\boxed{{\\frac{{{i}}}{{2}}}}$."}
+        for i in range(1, 1 + n)
+    ]
 
 
 def _write(path, rows):
@@ -59,15 +66,16 @@ def test_recipe_passes_mpirl_check(recipe, stand_in_model, tmp_path):
     for key in ("train_files", "eval_files"):
         stand_ins = []
         for original in raw["task"][key]:
-            path = tmp_path / f"{key}_{len(stand_ins)}{original[original.rfind('.'):]}"
+            path = tmp_path / f"{key}_{len(stand_ins)}{original[original.rfind('.') :]}"
             _write(path, _rows(kind, 30))
             stand_ins.append(str(path))
         raw["task"][key] = stand_ins
     raw["run"]["out"] = str(tmp_path / "out")
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(raw))
-    out = subprocess.run([sys.executable, "-m", "launch.cli", "check", str(path)], capture_output=True, text=True,
-                         cwd=REPO, timeout=180)
+    out = subprocess.run(
+        [sys.executable, "-m", "launch.cli", "check", str(path)], capture_output=True, text=True, cwd=REPO, timeout=180
+    )
     assert out.returncode == 0, out.stderr
     assert f"task {kind}: 30 train / 30 eval examples" in out.stdout
     cfg = config.load(path)
@@ -81,8 +89,9 @@ def test_the_slurm_script_runs_the_multinode_recipe():
     world = raw["world"]
     ranks = world["controller"] + world["generator"]["ranks"] + world["reward"] + world["trainer"]
     nodes = int(next(line.split("=")[1] for line in script.splitlines() if line.startswith("#SBATCH --nodes=")))
-    per_node = int(next(line.split("=")[1] for line in script.splitlines()
-                        if line.startswith("#SBATCH --ntasks-per-node=")))
+    per_node = int(
+        next(line.split("=")[1] for line in script.splitlines() if line.startswith("#SBATCH --ntasks-per-node="))
+    )
     assert ranks == nodes * per_node  # one rank per GPU, exactly the allocation
     assert "examples/math/qwen2.5-7b-4nodes.yaml" in script and "srun" in script and "mpirl check" in script
     assert subprocess.run(["bash", "-n", str(REPO / "examples/slurm/math-7b.sbatch")]).returncode == 0

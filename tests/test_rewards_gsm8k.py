@@ -11,12 +11,18 @@ from roles.tasks.base import Example
 
 pytestmark = pytest.mark.timeout(60)
 
-NATALIA = ("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
-           "Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72")
-WENG = ("Weng earns 12/60 = $<<12/60=0.2>>0.2 per minute.\n"
-        "Working 50 minutes, she earned 0.2 x 50 = $<<0.2*50=10>>10.\n#### 10")
-BIG = ("The house cost 80,000 + 50,000 = $<<80000+50000=130000>>130,000 in total.\n"
-       "So he made a profit of 200,000 - 130,000 = $<<200000-130000=70000>>70,000.\n#### 70,000")
+NATALIA = (
+    "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
+    "Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72"
+)
+WENG = (
+    "Weng earns 12/60 = $<<12/60=0.2>>0.2 per minute.\n"
+    "Working 50 minutes, she earned 0.2 x 50 = $<<0.2*50=10>>10.\n#### 10"
+)
+BIG = (
+    "The house cost 80,000 + 50,000 = $<<80000+50000=130000>>130,000 in total.\n"
+    "So he made a profit of 200,000 - 130,000 = $<<200000-130000=70000>>70,000.\n#### 70,000"
+)
 
 # (response, fallback, extracted answer)
 EXTRACT = [
@@ -136,11 +142,14 @@ def test_a_reference_that_is_not_a_number_raises():
         GSM8KReward()("#### 7", ex("seven"))
 
 
-@pytest.mark.parametrize("options,field", [
-    ({"fallback": "first_number"}, "fallback"),
-    ({"correct_score": "1"}, "correct_score"),
-    ({"format_scor": 0.1}, "format_scor"),
-])
+@pytest.mark.parametrize(
+    "options,field",
+    [
+        ({"fallback": "first_number"}, "fallback"),
+        ({"correct_score": "1"}, "correct_score"),
+        ({"format_scor": 0.1}, "format_scor"),
+    ],
+)
 def test_options_are_checked(options, field):
     with pytest.raises(pydantic.ValidationError, match=field):
         build_reward("gsm8k", options)

@@ -63,8 +63,12 @@ CASES = [
     ("3", "The answer is 3.", True),  # no box: math_verify reads the last expression
     ("3", "I am not sure.", False),  # nothing to read
     # The last box counts, unless boxes sit close together: math_verify reads those as a set.
-    ("5", "I first got \\boxed{3}. Checking the second case again carefully, I see my mistake "
-          "and the answer is \\boxed{5}.", True),
+    (
+        "5",
+        "I first got \\boxed{3}. Checking the second case again carefully, I see my mistake "
+        "and the answer is \\boxed{5}.",
+        True,
+    ),
     ("5", "\\boxed{3} or \\boxed{5}", False),
     ("2, 3", "so \\boxed{2} and \\boxed{3}", True),
     ("\\frac{3}{4}", "the final answer is 3/4", True),
@@ -136,9 +140,16 @@ def test_last_boxed(text, want):
 
 
 def test_importing_the_module_does_not_import_math_verify():
-    code = ("import sys; import roles.rewards.math_verify as m; "
-            "assert m.last_boxed('\\\\boxed{1}') == '1'; "
-            "assert 'math_verify' not in sys.modules and 'sympy' not in sys.modules, 'heavy import'")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    code = (
+        "import sys; import roles.rewards.math_verify as m; "
+        "assert m.last_boxed('\\\\boxed{1}') == '1'; "
+        "assert 'math_verify' not in sys.modules and 'sympy' not in sys.modules, 'heavy import'"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(__import__("pathlib").Path(__file__).resolve().parents[1]),
+    )
     assert done.returncode == 0, done.stderr

@@ -54,8 +54,7 @@ def test_weighted_sum_and_components():
     r = CombinedReward([spec("answer", "gsm8k"), spec("fmt", "format", 0.25, pattern=r"####\s*\d")])
     s = r("9 * 2 = 18\n#### 18", EX)
     assert s.score == pytest.approx(1.25) and s.failures == 0
-    assert s.components == {"answer": 1.0, "answer/correct": 1.0, "answer/extracted": 1.0,
-                            "fmt": 1.0, "correct": 1.0}
+    assert s.components == {"answer": 1.0, "answer/correct": 1.0, "answer/extracted": 1.0, "fmt": 1.0, "correct": 1.0}
     s = r("The answer is 17", EX)  # fallback finds a wrong number; no marker
     assert s.score == 0.0 and s.components["correct"] == 0.0 and s.components["fmt"] == 0.0
 
@@ -78,8 +77,13 @@ def test_without_a_verifier_correct_means_a_positive_score():
 
 @pytest.mark.timeout(30)
 def test_a_failing_component_scores_zero_and_is_counted():
-    r = CombinedReward([spec("bad", "reward_plugins:raises"), spec("nan", "reward_plugins:not_finite"),
-                        spec("len", "reward_plugins:length", 2.0)])
+    r = CombinedReward(
+        [
+            spec("bad", "reward_plugins:raises"),
+            spec("nan", "reward_plugins:not_finite"),
+            spec("len", "reward_plugins:length", 2.0),
+        ]
+    )
     s = r("abcd", EX)
     assert s.failures == 2
     assert s.score == pytest.approx(0.8)  # 2.0 * len("abcd") / 10
@@ -118,14 +122,17 @@ def test_format_checks():
     assert boxed("thus 1/2", EX) == 0.0
 
 
-@pytest.mark.parametrize("options,message", [
-    ({}, "exactly one of the options 'pattern', 'tag' or 'boxed: true' \\(got none\\)"),
-    ({"pattern": "a", "boxed": True}, "\\(got pattern, boxed\\)"),
-    ({"pattern": "(unclosed"}, "option 'pattern' is not a valid regular expression"),
-    ({"tag": "<answer>"}, "option 'tag' must be an element name"),
-    ({"boxed": "yes"}, "boxed"),
-    ({"tags": "answer"}, "tags"),
-])
+@pytest.mark.parametrize(
+    "options,message",
+    [
+        ({}, "exactly one of the options 'pattern', 'tag' or 'boxed: true' \\(got none\\)"),
+        ({"pattern": "a", "boxed": True}, "\\(got pattern, boxed\\)"),
+        ({"pattern": "(unclosed"}, "option 'pattern' is not a valid regular expression"),
+        ({"tag": "<answer>"}, "option 'tag' must be an element name"),
+        ({"boxed": "yes"}, "boxed"),
+        ({"tags": "answer"}, "tags"),
+    ],
+)
 @pytest.mark.timeout(30)
 def test_format_option_errors(options, message):
     with pytest.raises(pydantic.ValidationError, match=message):
@@ -155,8 +162,9 @@ def test_sandbox_matches_in_process_and_runs_user_functions():
     with RewardSandbox(specs, timeout_s=10) as sb:
         got = sb.score(items)
         assert sb.score([]) == []
-    assert [(r.score, r.components, r.failures, r.timed_out) for r in got] == \
-           [(s.score, s.components, 0, False) for s in (local(t, e) for t, e in items)]
+    assert [(r.score, r.components, r.failures, r.timed_out) for r in got] == [
+        (s.score, s.components, 0, False) for s in (local(t, e) for t, e in items)
+    ]
     assert [r.components["correct"] for r in got] == [1.0, 0.0, 1.0, 0.0, 0.0]
 
 
@@ -184,16 +192,16 @@ def test_failures_are_counted_in_the_sandbox():
 @pytest.mark.parametrize("plugin", ["sleeps_in_thread", "busy_loop", "c_sleep"])
 @pytest.mark.timeout(60)
 def test_a_hang_is_cut_at_the_limit_and_the_rest_still_score(plugin):
-    with RewardSandbox([spec("x", f"reward_plugins:{plugin}"), spec("len", "reward_plugins:length")],
-                       timeout_s=LIMIT) as sb:
+    with RewardSandbox(
+        [spec("x", f"reward_plugins:{plugin}"), spec("len", "reward_plugins:length")], timeout_s=LIMIT
+    ) as sb:
         first = sb.worker_pids[0]
         t0 = time.monotonic()
         results = sb.score([("a", EX), ("TRIGGER", EX), ("bb", EX), ("TRIGGER 2", EX), ("ccc", EX)])
         took = time.monotonic() - t0
         assert 2 * LIMIT * 0.9 <= took <= 2 * (LIMIT + 2)
         assert [r.timed_out for r in results] == [False, True, False, True, False]
-        assert [r.score for r in results] == [pytest.approx(1.1), 0.0, pytest.approx(1.2), 0.0,
-                                              pytest.approx(1.3)]
+        assert [r.score for r in results] == [pytest.approx(1.1), 0.0, pytest.approx(1.2), 0.0, pytest.approx(1.3)]
         assert results[1].components == {"x": 0.0, "len": 0.0, "correct": 0.0}
         assert (sb.timeouts, sb.restarts, sb.failures) == (2, 2, 0)
         assert sb.worker_pids[0] != first
@@ -228,8 +236,9 @@ def test_an_interrupted_call_leaves_no_stale_results():
 
     old = signal.signal(signal.SIGUSR1, interrupt)
     try:
-        with RewardSandbox([spec("x", "reward_plugins:busy_loop"), spec("len", "reward_plugins:length")],
-                           timeout_s=30) as sb:
+        with RewardSandbox(
+            [spec("x", "reward_plugins:busy_loop"), spec("len", "reward_plugins:length")], timeout_s=30
+        ) as sb:
             threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGUSR1)).start()
             with pytest.raises(Interrupt):
                 sb.score([("a", EX), ("TRIGGER", EX), ("bbbbbbb", EX)])
@@ -254,8 +263,9 @@ def test_a_worker_killed_between_calls_is_replaced():
 
 @pytest.mark.timeout(60)
 def test_items_spread_over_workers_and_large_items_pass():
-    with RewardSandbox([spec("m", "reward_plugins:saw_mpi4py"), spec("len", "reward_plugins:length")],
-                       timeout_s=10, workers=2) as sb:
+    with RewardSandbox(
+        [spec("m", "reward_plugins:saw_mpi4py"), spec("len", "reward_plugins:length")], timeout_s=10, workers=2
+    ) as sb:
         assert len(set(sb.worker_pids)) == 2
         big = "x" * (3 << 20)  # larger than any pipe buffer: sent alone, to an idle worker
         results = sb.score([(str(i), EX) for i in range(30)] + [(big, EX), ("end", EX)])
@@ -264,13 +274,19 @@ def test_items_spread_over_workers_and_large_items_pass():
         assert [r.components["len"] for r in results[:30]] == [len(str(i)) / 10 for i in range(30)]
 
 
-@pytest.mark.parametrize("specs,message", [
-    ([spec("f", "format")], "cannot build the rewards: ValueError: reward 'f' \\(format\\): options: "
-                            "Value error, the format reward takes exactly one of the options 'pattern'"),
-    ([spec("g", "gsm8k", fallback="first")], "reward 'g' \\(gsm8k\\): fallback: Input should be"),
-    ([spec("b", "reward_plugins:Broken")], "cannot load the grader model"),
-    ([spec("m", "no_such_module:fn")], "cannot import module 'no_such_module'"),
-])
+@pytest.mark.parametrize(
+    "specs,message",
+    [
+        (
+            [spec("f", "format")],
+            "cannot build the rewards: ValueError: reward 'f' \\(format\\): options: "
+            "Value error, the format reward takes exactly one of the options 'pattern'",
+        ),
+        ([spec("g", "gsm8k", fallback="first")], "reward 'g' \\(gsm8k\\): fallback: Input should be"),
+        ([spec("b", "reward_plugins:Broken")], "cannot load the grader model"),
+        ([spec("m", "no_such_module:fn")], "cannot import module 'no_such_module'"),
+    ],
+)
 @pytest.mark.timeout(60)
 def test_a_build_error_is_raised_at_construction(specs, message):
     t0 = time.monotonic()
@@ -311,7 +327,9 @@ def run_script(tmp_path):
 
 def _start_script(tmp_path: Path, body: str, prelude: str) -> subprocess.Popen:
     script = tmp_path / "script.py"
-    script.write_text(textwrap.dedent(prelude) + textwrap.dedent(f"""\
+    script.write_text(
+        textwrap.dedent(prelude)
+        + textwrap.dedent(f"""\
         import sys
         sys.path[:0] = [{str(REPO)!r}, {str(REPO / "tests")!r}]
         with open({str(tmp_path / "imports")!r}, "a") as f:  # once per run of this file
@@ -320,7 +338,9 @@ def _start_script(tmp_path: Path, body: str, prelude: str) -> subprocess.Popen:
             from roles.rewards.combine import ComponentSpec
             from roles.rewards.sandbox import RewardSandbox
             from roles.tasks.base import Example
-        """) + textwrap.indent(textwrap.dedent(body), "    "))
+        """)
+        + textwrap.indent(textwrap.dedent(body), "    ")
+    )
     return subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=tmp_path)
 
 
@@ -346,13 +366,16 @@ def test_the_rank_exits_promptly_while_a_worker_is_stuck(run_script):
         early = Early()
         weakref.finalize(early, print)
         """
-    proc = run_script(prelude=prelude, body="""\
+    proc = run_script(
+        prelude=prelude,
+        body="""\
         import threading, time
         sb = RewardSandbox([ComponentSpec("x", "reward_plugins:c_sleep", 1.0, {})], timeout_s=300)
         threading.Thread(target=sb.score, args=([("TRIGGER", Example(0, "", "1"))],), daemon=True).start()
         print(sb.worker_pids[0], flush=True)
         time.sleep(1)
-        """)
+        """,
+    )
     worker = int(proc.stdout.readline())
     t0 = time.monotonic()
     assert proc.wait(30) == 0
@@ -381,8 +404,10 @@ def test_a_stuck_worker_dies_with_its_rank(run_script):
 
 @pytest.mark.timeout(90)
 def test_nothing_here_imports_mpi4py():
-    code = ("import sys, roles, roles.rewards.sandbox, roles.rewards.gsm8k, roles.rewards.exact, "
-            "roles.rewards.format, roles.rewards.math_verify; "
-            "assert 'mpi4py' not in sys.modules, 'mpi4py imported'")
+    code = (
+        "import sys, roles, roles.rewards.sandbox, roles.rewards.gsm8k, roles.rewards.exact, "
+        "roles.rewards.format, roles.rewards.math_verify; "
+        "assert 'mpi4py' not in sys.modules, 'mpi4py imported'"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.returncode == 0, done.stderr

@@ -18,7 +18,6 @@ from roles.tasks import build_task, task_class
 from roles.tasks.base import TaskDataError
 from roles.tasks.files import read_rows
 
-
 GSM_ROWS = [
     {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3 + 4 = 7\n#### 7", "extra": 1},
     {"question": "What is 1000 + 234?", "answer": "It is 1,234.\n#### 1,234", "extra": 2},
@@ -77,8 +76,9 @@ def test_every_format_gives_the_same_gsm8k_examples(tmp_path, filename, form):
     train = task.examples("train")
     assert [ex.id for ex in train] == [0, 1, 2]
     assert [ex.answer for ex in train] == ["7", "1234", "5"]  # commas stripped
-    assert train[0].prompt == (GSM_ROWS[0]["question"]
-                               + ' Let\'s think step by step and output the final answer after "####".')
+    assert train[0].prompt == (
+        GSM_ROWS[0]["question"] + ' Let\'s think step by step and output the final answer after "####".'
+    )
     assert train[1].metadata == {"solution": GSM_ROWS[1]["answer"]}
     assert task.examples("eval") == ()
     assert task.default_reward == "gsm8k"
@@ -141,10 +141,14 @@ def test_skipped_rows_keep_their_ids_and_are_counted(tmp_path):
     # An id is a row's place among all rows read, so the second file's rows start at 5.
     assert [ex.id for ex in task.examples("train")] == [0, 2, 5, 6]
     assert task.example(5).prompt.startswith("q5 ")
-    assert task.skipped == {"task.train_files[0]": {"an empty 'question'": 1,
-                                                    "no '#### <answer>' in 'answer'": 1,
-                                                    "a '#### <answer>' in 'answer' that is not a number": 1},
-                            "task.train_files[1]": {}}
+    assert task.skipped == {
+        "task.train_files[0]": {
+            "an empty 'question'": 1,
+            "no '#### <answer>' in 'answer'": 1,
+            "a '#### <answer>' in 'answer' that is not a number": 1,
+        },
+        "task.train_files[1]": {},
+    }
 
 
 def test_eval_fraction_split_is_seeded_disjoint_and_stable(tmp_path):
@@ -178,17 +182,23 @@ def test_max_examples_caps_train_after_the_split(tmp_path):
 
 def test_gsm8k_column_names_and_instruction_are_options(tmp_path):
     path = write(tmp_path / "a.jsonl", [{"q": "Two plus two?", "sol": "#### 4"}])
-    task = make("gsm8k", train_files=[str(path)], question_key="q", answer_key="sol",
-                instruction="Answer after ####.")
+    task = make("gsm8k", train_files=[str(path)], question_key="q", answer_key="sol", instruction="Answer after ####.")
     assert task.example(0).prompt == "Two plus two? Answer after ####."
-    assert make("gsm8k", train_files=[str(path)], question_key="q", answer_key="sol",
-                instruction="").example(0).prompt == "Two plus two?"
+    assert (
+        make("gsm8k", train_files=[str(path)], question_key="q", answer_key="sol", instruction="").example(0).prompt
+        == "Two plus two?"
+    )
 
 
 MATH_ROWS = [
     {"problem": "1+1?", "solution": r"So $\boxed{2}$.", "answer": "2", "level": "Level 1", "type": "Algebra"},
-    {"problem": "Half?", "solution": r"First \boxed{1}, then $\boxed{\frac{1}{2}}$.", "answer": None,
-     "level": "Level 2", "type": "Algebra"},
+    {
+        "problem": "Half?",
+        "solution": r"First \boxed{1}, then $\boxed{\frac{1}{2}}$.",
+        "answer": None,
+        "level": "Level 2",
+        "type": "Algebra",
+    },
     {"problem": "Pi?", "solution": r"It is \boxed{3.14}.", "answer": r"\pi", "level": "Level 3", "type": "Geometry"},
 ]
 
@@ -206,8 +216,10 @@ def test_math_with_only_a_solution_or_only_an_integer_answer(tmp_path):
     task = make("math", train_files=[str(write(tmp_path / "s.jsonl", only_solution))])
     assert [ex.answer for ex in task.examples("train")] == ["2", r"\frac{1}{2}", "3.14"]
     assert task.example(0).metadata == {"solution": MATH_ROWS[0]["solution"]}
-    aime = [{"problem": "Find n.", "answer": 204, "subject": "Number Theory"},
-            {"problem": "No box.", "solution": "none", "answer": None}]
+    aime = [
+        {"problem": "Find n.", "answer": 204, "subject": "Number Theory"},
+        {"problem": "No box.", "solution": "none", "answer": None},
+    ]
     task = make("math", train_files=[str(write(tmp_path / "aime.jsonl", aime))])
     assert task.example(0).answer == "204" and task.example(0).metadata == {"subject": "Number Theory"}
     assert [ex.id for ex in task.examples("train")] == [0]
@@ -221,8 +233,12 @@ def test_math_needs_an_answer_or_a_solution_column(tmp_path):
 
 
 CHAT_ROWS = [
-    {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi?"}],
-     "gold": "hello", "tag": "greet", "difficulty": 1},
+    {
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi?"}],
+        "gold": "hello",
+        "tag": "greet",
+        "difficulty": 1,
+    },
     {"messages": [{"role": "user", "content": "Bye?"}], "gold": "bye", "tag": "part", "difficulty": 2},
 ]
 
@@ -230,8 +246,13 @@ CHAT_ROWS = [
 @pytest.mark.parametrize("filename", ["c.jsonl", "c.parquet", "c_saved"])
 def test_dataset_task_with_chat_messages_and_metadata(tmp_path, filename):
     path = write(tmp_path / filename, CHAT_ROWS)
-    task = make("dataset", train_files=[str(path)], prompt_key="messages", answer_key="gold",
-                metadata_keys=["tag", "difficulty"])
+    task = make(
+        "dataset",
+        train_files=[str(path)],
+        prompt_key="messages",
+        answer_key="gold",
+        metadata_keys=["tag", "difficulty"],
+    )
     ex = task.example(0)
     assert ex.prompt == ({"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi?"})
     assert ex.answer == "hello" and ex.metadata == {"tag": "greet", "difficulty": 1}
@@ -242,17 +263,22 @@ def test_dataset_task_with_text_prompts_and_no_reference(tmp_path):
     rows = [{"prompt": "Write a haiku."}, {"prompt": ""}, {"prompt": "Write a limerick."}]
     task = make("dataset", train_files=[str(write(tmp_path / "p.jsonl", rows))])
     assert [(ex.id, ex.prompt, ex.answer) for ex in task.examples("train")] == [
-        (0, "Write a haiku.", ""), (2, "Write a limerick.", "")]
+        (0, "Write a haiku.", ""),
+        (2, "Write a limerick.", ""),
+    ]
     assert task.skipped["task.train_files[0]"] == {"an empty 'prompt'": 1}
 
 
-@pytest.mark.parametrize("messages,problem", [
-    ([{"role": "bot", "content": "x"}], "'messages' message 0 has role 'bot' (roles: system, user, assistant)"),
-    ([{"role": "user", "content": 3}], "'messages' message 0 (user) has content 3, expected a string"),
-    (["hi"], "'messages' message 0 is a str, expected a {role, content} mapping"),
-    ([{"role": "system", "content": "x"}], "'messages' has no user message (roles: system)"),
-    ({"role": "user"}, "'messages' is a mapping ({'role': 'user'}), expected a string or a list of chat messages"),
-])
+@pytest.mark.parametrize(
+    "messages,problem",
+    [
+        ([{"role": "bot", "content": "x"}], "'messages' message 0 has role 'bot' (roles: system, user, assistant)"),
+        ([{"role": "user", "content": 3}], "'messages' message 0 (user) has content 3, expected a string"),
+        (["hi"], "'messages' message 0 is a str, expected a {role, content} mapping"),
+        ([{"role": "system", "content": "x"}], "'messages' has no user message (roles: system)"),
+        ({"role": "user"}, "'messages' is a mapping ({'role': 'user'}), expected a string or a list of chat messages"),
+    ],
+)
 def test_dataset_task_names_the_row_of_a_broken_chat_prompt(tmp_path, messages, problem):
     rows = [{"messages": [{"role": "user", "content": "ok"}]}, {"messages": messages}]
     path = write(tmp_path / "c.jsonl", rows)
@@ -261,8 +287,11 @@ def test_dataset_task_names_the_row_of_a_broken_chat_prompt(tmp_path, messages, 
 
 
 def test_dataset_task_skips_empty_chat_prompts(tmp_path):
-    rows = [{"messages": []}, {"messages": [{"role": "user", "content": ""}]},
-            {"messages": [{"role": "user", "content": "ok"}]}]
+    rows = [
+        {"messages": []},
+        {"messages": [{"role": "user", "content": ""}]},
+        {"messages": [{"role": "user", "content": "ok"}]},
+    ]
     task = make("dataset", train_files=[str(write(tmp_path / "c.jsonl", rows))], prompt_key="messages")
     assert [ex.id for ex in task.examples("train")] == [2]
 
@@ -278,7 +307,8 @@ def test_missing_file_is_named_at_parse_time_and_at_read_time(tmp_path, monkeypa
         read_rows(tmp_path / "nope.parquet", "task.train_files[0]", ["question"])
     monkeypatch.chdir(tmp_path)
     assert f"nope.jsonl: no such file or folder (resolved to {tmp_path / 'nope.jsonl'})" in (
-        config_error("gsm8k", train_files=["nope.jsonl"]))
+        config_error("gsm8k", train_files=["nope.jsonl"])
+    )
 
 
 def test_unknown_extension(tmp_path):
@@ -313,15 +343,18 @@ def test_json_that_is_not_one_object_per_line(tmp_path):
     scalar = tmp_path / "b.jsonl"
     scalar.write_text(json.dumps(GSM_ROWS[0]) + "\n[1, 2]\n")
     assert data_error("gsm8k", train_files=[str(scalar)]) == (
-        f"task.train_files[0]: {scalar}: line 2: a JSON array, where each line holds one object")
+        f"task.train_files[0]: {scalar}: line 2: a JSON array, where each line holds one object"
+    )
     array = tmp_path / "c.json"
     array.write_text(json.dumps([GSM_ROWS[0], "oops"]))
     assert data_error("gsm8k", train_files=[str(array)]) == (
-        f"task.train_files[0]: {array}: item 1 of the JSON array is a string, not an object")
+        f"task.train_files[0]: {array}: item 1 of the JSON array is a string, not an object"
+    )
     broken = tmp_path / "d.json"
     broken.write_text('[\n  {"question": "x",\n')
     assert data_error("gsm8k", train_files=[str(broken)]).startswith(
-        f"task.train_files[0]: {broken}: invalid JSON at line 3, column 1")
+        f"task.train_files[0]: {broken}: invalid JSON at line 3, column 1"
+    )
 
 
 @pytest.mark.parametrize("filename,form", FORMATS)
@@ -342,26 +375,31 @@ def test_a_wrongly_typed_cell_names_its_row(tmp_path, filename):
     where = "row 1 (line 2)" if filename.endswith(".jsonl") else "row 0"
     value = 12 if filename.endswith(".jsonl") else 11
     assert data_error("gsm8k", train_files=[str(path)]) == (
-        f"task.train_files[0]: {path}: {where}: 'question' is an integer ({value}), expected a string")
+        f"task.train_files[0]: {path}: {where}: 'question' is an integer ({value}), expected a string"
+    )
 
 
 def test_no_usable_rows_names_the_file_and_the_reasons(tmp_path):
     good = write(tmp_path / "good.jsonl", GSM_ROWS)
-    rows = [{"question": "", "answer": "#### 1"}, {"question": None, "answer": "#### 1"},
-            {"question": "x", "answer": "1"}]
+    rows = [
+        {"question": "", "answer": "#### 1"},
+        {"question": None, "answer": "#### 1"},
+        {"question": "x", "answer": "1"},
+    ]
     bad = write(tmp_path / "bad.parquet", rows)
     assert data_error("gsm8k", train_files=[str(good), str(bad)]) == (
         f"task.train_files[1]: {bad}: no usable rows (3 rows: 2 with an empty 'question'; "
-        "1 with no '#### <answer>' in 'answer')")
+        "1 with no '#### <answer>' in 'answer')"
+    )
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
     msg = data_error("gsm8k", train_files=[str(empty)])
     assert msg == f"task.train_files[0]: {empty}: no column 'question' (columns: none)"
     empty_table = tmp_path / "empty.parquet"
-    pq.write_table(pa.table({"question": pa.array([], pa.string()), "answer": pa.array([], pa.string())}),
-                   empty_table)
+    pq.write_table(pa.table({"question": pa.array([], pa.string()), "answer": pa.array([], pa.string())}), empty_table)
     assert data_error("gsm8k", train_files=[str(empty_table)]) == (
-        f"task.train_files[0]: {empty_table}: no usable rows (the file has no rows)")
+        f"task.train_files[0]: {empty_table}: no usable rows (the file has no rows)"
+    )
 
 
 def test_a_dataset_dict_folder_is_refused_with_its_splits(tmp_path):
@@ -371,7 +409,9 @@ def test_a_dataset_dict_folder_is_refused_with_its_splits(tmp_path):
     ds = datasets.Dataset.from_list(GSM_ROWS)
     datasets.DatasetDict({"train": ds, "test": ds}).save_to_disk(str(folder))
     msg = config_error("gsm8k", train_files=[str(folder)])
-    assert f"{folder}: a DatasetDict folder (splits: train, test); name one split's folder, e.g. {folder / 'train'}" in msg
+    assert (
+        f"{folder}: a DatasetDict folder (splits: train, test); name one split's folder, e.g. {folder / 'train'}" in msg
+    )
     task = make("gsm8k", train_files=[str(folder / "train")], eval_files=[str(folder / "test")])
     assert [ex.id for ex in task.examples("eval")] == [3, 4, 5]
     other = tmp_path / "plain"
@@ -390,8 +430,9 @@ def test_a_damaged_save_to_disk_folder(tmp_path):
 def test_an_eval_fraction_that_leaves_a_split_empty(tmp_path):
     path = write(tmp_path / "a.jsonl", numbered(3))
     msg = data_error("gsm8k", train_files=[str(path)], eval_fraction=0.1)
-    assert msg == ("task.eval_fraction: 0.1 of 3 usable train rows leaves 0 for eval and 3 for "
-                   "training; both need at least one")
+    assert msg == (
+        "task.eval_fraction: 0.1 of 3 usable train rows leaves 0 for eval and 3 for training; both need at least one"
+    )
 
 
 # ---------------------------------------------------------------------- config errors
@@ -401,7 +442,8 @@ def test_wrong_config_combinations(tmp_path):
     a = str(write(tmp_path / "a.jsonl", GSM_ROWS))
     b = str(write(tmp_path / "b.jsonl", GSM_ROWS))
     assert "eval_files and eval_fraction (0.1) are two ways to make the eval split: give one of them" in (
-        config_error("gsm8k", train_files=[a], eval_files=[b], eval_fraction=0.1))
+        config_error("gsm8k", train_files=[a], eval_files=[b], eval_fraction=0.1)
+    )
     assert "eval_files[0] is also train_files[0]" in config_error("gsm8k", train_files=[a], eval_files=[a])
     assert "eval_fraction" in config_error("gsm8k", train_files=[a], eval_fraction=1.0)
     assert "max_examples" in config_error("gsm8k", train_files=[a], max_examples=0)

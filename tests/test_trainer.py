@@ -32,17 +32,32 @@ def _trainer(base_config, model, skip: bool, micro_batch: int = 4, reference=Non
     raw["algorithm"].update({"skip_zero_advantage": skip, "micro_batch": micro_batch, "lr": 1e-2})
     cfg = config.parse(raw)
     policy = SimpleNamespace(model=model, local_params=lambda: [], reference=reference)
-    return TrainerActor(SimpleNamespace(role_table=_Table()), cfg.algorithm, rollout=cfg.rollout,
-                        schedule=cfg.schedule(), routes=cfg.routes(), policy=policy, sender=None)
+    return TrainerActor(
+        SimpleNamespace(role_table=_Table()),
+        cfg.algorithm,
+        rollout=cfg.rollout,
+        schedule=cfg.schedule(),
+        routes=cfg.routes(),
+        policy=policy,
+        sender=None,
+    )
 
 
 def _tiny_llama(seed=0):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    return LlamaForCausalLM(LlamaConfig(
-        vocab_size=17, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=32))
+    return LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=17,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            max_position_embeddings=32,
+        )
+    )
 
 
 def _groups(rewards_per_group, seed=0):
@@ -50,11 +65,19 @@ def _groups(rewards_per_group, seed=0):
     out = []
     for i, rewards in enumerate(rewards_per_group):
         lens = rng.integers(1, 6, len(rewards))
-        out.append(Rollout(
-            example_id=i, group_id=i, step=0, prompt_ids=rng.integers(3, 17, 4).astype(np.int32),
-            response_ids=[rng.integers(3, 17, n).astype(np.int32) for n in lens],
-            logprobs=[(-rng.random(n) * 2).astype(np.float32) for n in lens],
-            finish_reasons=["stop"] * len(rewards), policy_version=0, rewards=list(rewards)))
+        out.append(
+            Rollout(
+                example_id=i,
+                group_id=i,
+                step=0,
+                prompt_ids=rng.integers(3, 17, 4).astype(np.int32),
+                response_ids=[rng.integers(3, 17, n).astype(np.int32) for n in lens],
+                logprobs=[(-rng.random(n) * 2).astype(np.float32) for n in lens],
+                finish_reasons=["stop"] * len(rewards),
+                policy_version=0,
+                rewards=list(rewards),
+            )
+        )
     return out
 
 
@@ -132,6 +155,7 @@ class _RecordingSender:
     def guard(self, optimizer):
         def wait(*_):
             self.waits += 1
+
         return optimizer.register_step_pre_hook(wait)
 
 
@@ -142,7 +166,14 @@ def test_update_waits_for_sends_that_read_the_parameters(base_config, copy_out):
     cfg = config.parse(raw)
     sender = _RecordingSender(copy_out)
     policy = SimpleNamespace(model=_tiny_llama(), local_params=lambda: [], reference=None)
-    trainer = TrainerActor(SimpleNamespace(role_table=_Table()), cfg.algorithm, rollout=cfg.rollout,
-                           schedule=cfg.schedule(), routes=cfg.routes(), policy=policy, sender=sender)
+    trainer = TrainerActor(
+        SimpleNamespace(role_table=_Table()),
+        cfg.algorithm,
+        rollout=cfg.rollout,
+        schedule=cfg.schedule(),
+        routes=cfg.routes(),
+        policy=policy,
+        sender=sender,
+    )
     trainer.train_on(_groups([[1, 0, 1, 0]]))
     assert sender.waits == (0 if copy_out else 1)

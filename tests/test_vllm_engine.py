@@ -35,9 +35,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(model_dir):
-    cfg = VllmEngine.Config(
-        model=str(model_dir), block_size=BLOCK, kv_cache_gib=0.25, max_num_seqs=64, seed=0
-    )
+    cfg = VllmEngine.Config(model=str(model_dir), block_size=BLOCK, kv_cache_gib=0.25, max_num_seqs=64, seed=0)
     return VllmEngine(cfg)
 
 

@@ -54,9 +54,18 @@ def make_params(shapes, dtype, seed=0):
 
 def cut(params, n_trainers):
     """FSDP2-style dim-0 shards of full tensors, per trainer."""
-    return [[LocalShard(k, v[slice(*chunk_range(v.shape[0], n_trainers, t))], tuple(v.shape),
-                        chunk_range(v.shape[0], n_trainers, t)[0]) for k, v in params.items()]
-            for t in range(n_trainers)]
+    return [
+        [
+            LocalShard(
+                k,
+                v[slice(*chunk_range(v.shape[0], n_trainers, t))],
+                tuple(v.shape),
+                chunk_range(v.shape[0], n_trainers, t)[0],
+            )
+            for k, v in params.items()
+        ]
+        for t in range(n_trainers)
+    ]
 
 
 def sync(shards_per_trainer, needs, bucket_bytes, pack_below=1 << 20, mutate_after_push=False):
@@ -68,7 +77,7 @@ def sync(shards_per_trainer, needs, bucket_bytes, pack_below=1 << 20, mutate_aft
     wire = {}
     senders = [WeightSender(plan, Loopback(t, wire)) for t in range(T)]
     receivers = {g: WeightReceiver(plan, Loopback(g, wire)) for g in gens}
-    for g, r in receivers.items():
+    for r in receivers.values():
         r.start(7)
     for t, s in enumerate(senders):
         s.push(shards_per_trainer[t], 7)
@@ -116,10 +125,15 @@ def test_snapshot_at_push():
 
 @pytest.mark.parametrize("n_trainers", [1, 2])
 def test_tensor_parallel_slices(n_trainers):
-    shapes = {"model.embed_tokens.weight": (37, 8), "model.layers.0.self_attn.q_proj.weight": (8, 8),
-              "model.layers.0.self_attn.o_proj.weight": (8, 8),
-              "model.layers.0.mlp.down_proj.weight": (8, 12), "model.layers.0.mlp.up_proj.weight": (12, 8),
-              "model.norm.weight": (8,), "lm_head.weight": (37, 8)}
+    shapes = {
+        "model.embed_tokens.weight": (37, 8),
+        "model.layers.0.self_attn.q_proj.weight": (8, 8),
+        "model.layers.0.self_attn.o_proj.weight": (8, 8),
+        "model.layers.0.mlp.down_proj.weight": (8, 12),
+        "model.layers.0.mlp.up_proj.weight": (12, 8),
+        "model.norm.weight": (8,),
+        "lm_head.weight": (37, 8),
+    }
     g = torch.Generator().manual_seed(1)
     params = {k: torch.randn(s, generator=g) for k, s in shapes.items()}
     llama = MODEL_SPECS["llama"]
@@ -164,8 +178,7 @@ def test_plan_is_deterministic():
     params = make_params(ODD, torch.float32)
     metas = {t: [ShardMeta.of(s) for s in sh] for t, sh in enumerate(cut(params, 2))}
     a = build_plan(metas, {5: Need(), 4: Need()}, bucket_bytes=256, pack_below=128)
-    b = build_plan(dict(reversed(list(metas.items()))), {4: Need(), 5: Need()},
-                   bucket_bytes=256, pack_below=128)
+    b = build_plan(dict(reversed(list(metas.items()))), {4: Need(), 5: Need()}, bucket_bytes=256, pack_below=128)
     assert a.buckets == b.buckets and a.generators == (4, 5)
 
 

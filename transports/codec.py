@@ -116,8 +116,9 @@ class _Encoder:
         if type(obj) is _Ragged:
             arrays = obj.arrays
             header = msgpack.packb([arrays[0].dtype.str, [len(a) for a in arrays]])
-            return msgpack.ExtType(_EXT_RAGGED, len(header).to_bytes(4, "little") + header
-                                   + b"".join(a.tobytes() for a in arrays))
+            return msgpack.ExtType(
+                _EXT_RAGGED, len(header).to_bytes(4, "little") + header + b"".join(a.tobytes() for a in arrays)
+            )
         got = _as_numpy(obj)
         if got is not None:
             arr, is_torch, dtype_name = got
@@ -157,10 +158,12 @@ def _pack(msg, out_of_band: bool) -> tuple:
         for name in names:
             fields[name] = getattr(msg, name)
         prefix = None
-    for name, value in fields.items():
+    for value in fields.values():
         if type(value) is list and value and type(value[0]) is np.ndarray and _is_ragged(value):
-            fields = {k: (_Ragged(v) if type(v) is list and v and type(v[0]) is np.ndarray and _is_ragged(v)
-                          else v) for k, v in fields.items()}  # a copy: the message is not touched
+            fields = {
+                k: (_Ragged(v) if type(v) is list and v and type(v[0]) is np.ndarray and _is_ragged(v) else v)
+                for k, v in fields.items()
+            }  # a copy: the message is not touched
             break
     try:
         enc = _local.encoders[out_of_band]
@@ -227,8 +230,13 @@ def _encode_spec(cls) -> tuple:
     def map_header(n: int) -> bytes:  # msgpack's fixmap or map16 (a message has < 65536 fields)
         return bytes([0x80 | n]) if n < 16 else b"\xde" + n.to_bytes(2, "big")
 
-    prefix = map_header(len(names) + 2) + msgpack.packb("type") + msgpack.packb(type_name) + \
-        msgpack.packb("v") + msgpack.packb(SCHEMA_VERSION)
+    prefix = (
+        map_header(len(names) + 2)
+        + msgpack.packb("type")
+        + msgpack.packb(type_name)
+        + msgpack.packb("v")
+        + msgpack.packb(SCHEMA_VERSION)
+    )
     spec = _ENCODE_SPECS[cls] = (prefix, len(map_header(len(names))), type_name, names)
     return spec
 
@@ -288,8 +296,12 @@ def _inband_array(data):
     header = _INBAND_HEADERS.get(packed_header)
     if header is None:
         header = msgpack.unpackb(packed_header, raw=False)
-        if (type(header) is list and len(header) == 3 and type(header[1]) is list
-                and all(type(x) is int for x in header[1])):  # well-formed so far: worth keeping
+        if (
+            type(header) is list
+            and len(header) == 3
+            and type(header[1]) is list
+            and all(type(x) is int for x in header[1])
+        ):  # well-formed so far: worth keeping
             header = [header[0], tuple(header[1]), header[2]]
             _remember(_INBAND_HEADERS, packed_header, header)
     # In-band bytes belong to the message buffer: copy so the array is writable.
@@ -326,8 +338,10 @@ def _ragged_list(data) -> list:
         raise CodecError("ragged array list has bad lengths")
     raw = memoryview(data)[4 + n :]
     if len(raw) != sum(lengths) * dtype.itemsize:
-        raise CodecError(f"ragged array list holds {len(raw)} bytes but its lengths need "
-                         f"{sum(lengths) * dtype.itemsize} (truncated message?)")
+        raise CodecError(
+            f"ragged array list holds {len(raw)} bytes but its lengths need "
+            f"{sum(lengths) * dtype.itemsize} (truncated message?)"
+        )
     flat = np.frombuffer(raw, dtype=dtype).copy()  # writable, like an in-band array
     out, start = [], 0
     for length in lengths:
@@ -348,9 +362,7 @@ def _ext_hook_for(frames):
                 raise CodecError("out-of-band array reference is malformed")
             index = header[3]
             if not (isinstance(index, int) and 0 <= index < len(frames)):
-                raise CodecError(
-                    f"out-of-band array refers to buffer {index} but {len(frames)} came with it"
-                )
+                raise CodecError(f"out-of-band array refers to buffer {index} but {len(frames)} came with it")
             # Out-of-band frames were received into fresh buffers: no copy needed.
             return _array_from(header[:3], frames[index], writable_copy=False)
         raise CodecError(f"unknown msgpack extension code {code}")
@@ -366,8 +378,12 @@ def decode(data, frames=()) -> Any:
     try:
         # strict_map_key=False: maps keyed by int (say, per policy version) encode, so they
         # must decode too; field names are checked to be strings in _from_map.
-        body = msgpack.unpackb(data, raw=False, ext_hook=_ext_hook_for(list(frames)) if frames
-                               else _EXT_HOOK_NO_FRAMES, strict_map_key=False)
+        body = msgpack.unpackb(
+            data,
+            raw=False,
+            ext_hook=_ext_hook_for(list(frames)) if frames else _EXT_HOOK_NO_FRAMES,
+            strict_map_key=False,
+        )
     except CodecError:
         raise
     except _UNPACK_ERRORS as e:
@@ -455,8 +471,7 @@ def _schema(cls) -> tuple:
         fields = dataclasses.fields(cls)
         names = tuple(f.name for f in fields)
         required = frozenset(
-            f.name for f in fields
-            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            f.name for f in fields if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         )
         got = _SCHEMA_CACHE[cls] = (names, required, [(f.name, hints[f.name]) for f in fields])
     return got
@@ -473,7 +488,8 @@ _BUILDERS: dict[str, Any] = {}
 
 _NONE = type(None)
 _DECODED_TYPES = (int, float, str, bytes, bool, _NONE, list, dict, np.ndarray) + (
-    (torch.Tensor,) if torch is not None else ())
+    (torch.Tensor,) if torch is not None else ()
+)
 
 
 def _never(body) -> None:
@@ -536,7 +552,8 @@ def _is_plain(cls) -> bool:
     return (
         init is not None
         and getattr(getattr(init, "__code__", None), "co_filename", None) == "<string>"
-        and params is not None and not params.frozen
+        and params is not None
+        and not params.frozen
         and not hasattr(cls, "__post_init__")
         and cls.__setattr__ is object.__setattr__
         and all(f.init for f in dataclasses.fields(cls))
@@ -596,8 +613,9 @@ def _fits_for(hint):
         if kfits is None and vfits is None:
             return lambda v: type(v) is dict
         if kexact is not None and vexact is not None:
-            return lambda v: (type(v) is dict and kexact.issuperset(map(type, v))
-                              and vexact.issuperset(map(type, v.values())))
+            return lambda v: (
+                type(v) is dict and kexact.issuperset(map(type, v)) and vexact.issuperset(map(type, v.values()))
+            )
     return lambda v: _type_problem(v, hint) is None
 
 

@@ -128,8 +128,13 @@ class _ReceiveBuffers:
 
 
 class MPITransport:
-    def __init__(self, comm: MPI.Comm, max_inflight_bytes: int = 256 * 1024 * 1024,
-                 max_pooled_bytes: int = 256 * 1024 * 1024, batch_bytes: int = 64 * 1024):
+    def __init__(
+        self,
+        comm: MPI.Comm,
+        max_inflight_bytes: int = 256 * 1024 * 1024,
+        max_pooled_bytes: int = 256 * 1024 * 1024,
+        batch_bytes: int = 64 * 1024,
+    ):
         """``max_pooled_bytes``: receive buffers kept for reuse (0: a fresh buffer every time).
         ``batch_bytes``: a batch goes out once it holds this much; 0 turns coalescing off."""
         self.comm = comm

@@ -20,8 +20,7 @@ from mpi4py import MPI
 _store: dist.TCPStore | None = None  # keeps the rendezvous store alive with the process group
 
 
-def init_torch_distributed(comm: MPI.Comm | None = None, backend: str | None = None,
-                           timeout_s: float = 300.0) -> None:
+def init_torch_distributed(comm: MPI.Comm | None = None, backend: str | None = None, timeout_s: float = 300.0) -> None:
     """Join every rank of ``comm`` (default COMM_WORLD) into the default torch process group.
 
     Collective over ``comm``; a no-op when torch.distributed is already initialized (then the
@@ -36,8 +35,10 @@ def init_torch_distributed(comm: MPI.Comm | None = None, backend: str | None = N
     comm = MPI.COMM_WORLD if comm is None else comm
     if dist.is_initialized():
         if dist.get_world_size() != comm.Get_size():
-            raise RuntimeError(f"torch.distributed is already initialized with world size "
-                               f"{dist.get_world_size()}, not {comm.Get_size()}")
+            raise RuntimeError(
+                f"torch.distributed is already initialized with world size "
+                f"{dist.get_world_size()}, not {comm.Get_size()}"
+            )
         return
     rank, size = comm.Get_rank(), comm.Get_size()
     if backend is None:
@@ -52,8 +53,7 @@ def init_torch_distributed(comm: MPI.Comm | None = None, backend: str | None = N
     if rank == 0:
         host = os.environ.get("MPIRL_MASTER_ADDR") or ("127.0.0.1" if one_node else socket.getfqdn())
         try:
-            _store = dist.TCPStore(host, 0, size, is_master=True, timeout=timeout,
-                                   wait_for_workers=False)
+            _store = dist.TCPStore(host, 0, size, is_master=True, timeout=timeout, wait_for_workers=False)
             addr = (host, _store.port)
         except Exception as e:  # tell the others instead of leaving them waiting
             addr, err = None, e

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout, not installed
 
-from launch import config as config_lib  # noqa: E402
 from examples.arith import prepare as arith  # noqa: E402
+from launch import config as config_lib  # noqa: E402
 from launch import recipe  # noqa: E402
 
 
@@ -52,8 +51,10 @@ def main() -> None:
     cfg_path = recipe.write_config(args.config, out, overrides)
     cfg = config_lib.load(cfg_path)
 
-    print(f"== RL: {cfg.run.steps} steps, {recipe.mode_name(cfg)}, {cfg.world.size} ranks "
-          f"(mpirl run {cfg_path})", flush=True)
+    print(
+        f"== RL: {cfg.run.steps} steps, {recipe.mode_name(cfg)}, {cfg.world.size} ranks (mpirl run {cfg_path})",
+        flush=True,
+    )
     job_s = recipe.run_job(cfg_path)
     after = arith.heldout_accuracy(out / "policy", seed=args.seed)
     metrics = recipe.read_metrics(out)

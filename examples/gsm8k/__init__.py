@@ -1,1 +1,2 @@
-"""The GSM8K-format CPU demo through the real pipeline: files, BPE chat tokenizer, gsm8k reward, eval (`make demo-gsm8k`)."""
+"""The GSM8K-format CPU demo through the real pipeline (`make demo-gsm8k`): data files, a BPE
+chat tokenizer, the gsm8k reward and evaluation."""

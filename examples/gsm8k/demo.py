@@ -39,8 +39,11 @@ def main() -> None:
     print("== writing GSM8K-format data, training a BPE chat tokenizer, warm-starting a small Llama", flush=True)
     sft = gsm8k.prepare(root, seed=args.seed)
     before = gsm8k.heldout_accuracy(root / "sft", root / "data", seed=args.seed)
-    print(f"   {sft['train_rows']} training problems, {sft['eval_rows']} held out; "
-          f"held-out greedy accuracy after SFT: {before:.3f}", flush=True)
+    print(
+        f"   {sft['train_rows']} training problems, {sft['eval_rows']} held out; "
+        f"held-out greedy accuracy after SFT: {before:.3f}",
+        flush=True,
+    )
 
     base = config_lib.load_yaml(Path(args.config).read_text())
     name = args.name or Path(base["run"]["out"]).name
@@ -56,22 +59,27 @@ def main() -> None:
     cfg_path = recipe.write_config(args.config, out, overrides)
     cfg = config_lib.load(cfg_path)
 
-    print(f"== RL: {cfg.run.steps} steps, {recipe.mode_name(cfg)}, {cfg.world.size} ranks, "
-          f"eval every {cfg.eval.every_steps} (mpirl run {cfg_path})", flush=True)
+    print(
+        f"== RL: {cfg.run.steps} steps, {recipe.mode_name(cfg)}, {cfg.world.size} ranks, "
+        f"eval every {cfg.eval.every_steps} (mpirl run {cfg_path})",
+        flush=True,
+    )
     job_s = recipe.run_job(cfg_path)
     after = gsm8k.heldout_accuracy(out / "policy", root / "data", seed=args.seed)
     summary = json.loads((out / "summary.json").read_text())  # the controller's
     evals = summary.get("eval", [])
-    summary.update({
-        "heldout_acc_before": before,
-        "heldout_acc_after": after,
-        "wall_s": time.perf_counter() - t0,
-        "rl_wall_s": job_s,
-        "mode": recipe.mode_name(cfg),
-        "engine": cfg.world.generator.engine,
-        "ranks": cfg.world.counts(),
-        "sft": sft,
-    })
+    summary.update(
+        {
+            "heldout_acc_before": before,
+            "heldout_acc_after": after,
+            "wall_s": time.perf_counter() - t0,
+            "rl_wall_s": job_s,
+            "mode": recipe.mode_name(cfg),
+            "engine": cfg.world.generator.engine,
+            "ranks": cfg.world.counts(),
+            "sft": sft,
+        }
+    )
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
     print("== summary")
     print(f"   held-out greedy accuracy  {before:.3f} -> {after:.3f}  ({after - before:+.3f})")
@@ -79,8 +87,10 @@ def main() -> None:
         k = cfg.eval.samples
         extra = f", mean@{k} {e[f'mean@{k}']:.3f}, pass@{k} {e[f'pass@{k}']:.3f}" if k else ""
         print(f"   eval at step {e['step']:>4}: pass@1 {e['pass@1']:.3f}{extra}")
-    print(f"   training reward    {summary['train_reward_first10']:.3f} -> {summary['train_reward_last10']:.3f}"
-          "  (mean of first / last 10 steps)")
+    print(
+        f"   training reward    {summary['train_reward_first10']:.3f} -> {summary['train_reward_last10']:.3f}"
+        "  (mean of first / last 10 steps)"
+    )
     print(f"   {summary['steps']} steps in {job_s:.1f} s of RL, {summary['wall_s']:.1f} s in all")
     print(f"   metrics: {out / 'metrics.jsonl'}  eval: {out / 'eval.jsonl'}  summary: {out / 'summary.json'}")
 

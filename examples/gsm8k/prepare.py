@@ -30,9 +30,7 @@ from roles.tasks.tiny_llama import ModelSize
 # copy the question's numbers into the solution faster than two heads of 64 at the same cost;
 # a third or fourth layer cost more per SFT step than it gained within the warm start's steps,
 # and would slow every RL step (generation and training) as well.
-DEMO_SIZE = ModelSize(
-    hidden_size=128, num_layers=2, num_heads=4, intermediate_size=256, max_position_embeddings=160
-)
+DEMO_SIZE = ModelSize(hidden_size=128, num_layers=2, num_heads=4, intermediate_size=256, max_position_embeddings=160)
 
 
 @dataclass(frozen=True)
@@ -45,8 +43,9 @@ class PrepareConfig:
     # mostly prompts SFT never saw. Warm-started on all of them, the model left RL only its
     # own answers to sharpen: the sampled reward rose, held-out greedy accuracy did not.
     # A tiny model takes a high rate; the cosine decay lets it settle in few steps.
-    sft: SFTConfig = field(default_factory=lambda: SFTConfig(
-        fraction=0.25, steps=600, lr=3e-3, batch=16, schedule="cosine"))
+    sft: SFTConfig = field(
+        default_factory=lambda: SFTConfig(fraction=0.25, steps=600, lr=3e-3, batch=16, schedule="cosine")
+    )
     # Tokens of a greedy held-out response at most: room above the longest (two-step) solution.
     max_new_tokens: int = 48
     # The ``task`` section's options beyond the files (instruction, system_prompt, ...), so
@@ -58,13 +57,18 @@ class PrepareConfig:
 def task_section(data_dir: str | Path, **options) -> dict:
     """The role map's ``task`` section for the files ``prepare`` wrote in ``data_dir``."""
     data = Path(data_dir)
-    return {"name": "gsm8k", "train_files": [str(data / "train.parquet")],
-            "eval_files": [str(data / "test.parquet")], **options}
+    return {
+        "name": "gsm8k",
+        "train_files": [str(data / "train.parquet")],
+        "eval_files": [str(data / "test.parquet")],
+        **options,
+    }
 
 
 def build_task(data_dir: str | Path, seed: int = 0, **options):
     """The ``gsm8k`` task over ``data_dir``, built from its section as the RL job builds it."""
-    from roles.tasks import build_task as build, task_class
+    from roles.tasks import build_task as build
+    from roles.tasks import task_class
 
     section = task_section(data_dir, **options)
     return build(task_class(section["name"]).Config.model_validate(section), seed)
@@ -81,8 +85,7 @@ def prepare(out_dir: str | Path, seed: int = 0, config: PrepareConfig = PrepareC
     from roles.tasks.tiny_llama import build_tiny_llama_for_tokenizer
 
     out = Path(out_dir)
-    config = replace(config, problems=replace(config.problems, seed=seed),
-                     sft=replace(config.sft, seed=seed))
+    config = replace(config, problems=replace(config.problems, seed=seed), sft=replace(config.sft, seed=seed))
     stamp = out / "sft" / "mpirl-sft.json"
     settings = json.loads(json.dumps(asdict(config), default=str))
     if stamp.is_file():
@@ -109,9 +112,9 @@ def prepare(out_dir: str | Path, seed: int = 0, config: PrepareConfig = PrepareC
     prompts = encode_prompts(tokenizer, train, task.config, limit)
     eos = [int(tokenizer.eos_token_id)]
     rows = [
-        (ids, np.asarray(tokenizer(ex.metadata["solution"], add_special_tokens=False).input_ids + eos,
-                         dtype=np.int32))
-        for ex in train if (ids := prompts.ids.get(ex.id)) is not None
+        (ids, np.asarray(tokenizer(ex.metadata["solution"], add_special_tokens=False).input_ids + eos, dtype=np.int32))
+        for ex in train
+        if (ids := prompts.ids.get(ex.id)) is not None
     ]
     eval_prompts = _eval_prompts(tokenizer, task, limit)
 
@@ -119,27 +122,34 @@ def prepare(out_dir: str | Path, seed: int = 0, config: PrepareConfig = PrepareC
         return _accuracy(model, tokenizer, task, eval_prompts, config.max_new_tokens, config.reward_options)
 
     report = sft_train(base, tokenizer, rows, out / "sft", evaluate, config.sft)
-    report.update({
-        "data_s": t_data - t0,
-        "tokenizer_model_s": t_model - t_data,
-        "total_s": time.perf_counter() - t0,
-        "vocab": len(tokenizer),
-        "train_rows": len(rows),
-        "eval_rows": len(eval_prompts),
-        "too_long": len(prompts.too_long),
-        "prompt_tokens_mean": float(np.mean([len(p) for p, _ in rows])),
-        "prompt_tokens_max": max(len(p) for p, _ in rows),
-        "target_tokens_mean": float(np.mean([len(t) for _, t in rows])),
-        "target_tokens_max": max(len(t) for _, t in rows),
-    })
+    report.update(
+        {
+            "data_s": t_data - t0,
+            "tokenizer_model_s": t_model - t_data,
+            "total_s": time.perf_counter() - t0,
+            "vocab": len(tokenizer),
+            "train_rows": len(rows),
+            "eval_rows": len(eval_prompts),
+            "too_long": len(prompts.too_long),
+            "prompt_tokens_mean": float(np.mean([len(p) for p, _ in rows])),
+            "prompt_tokens_max": max(len(p) for p, _ in rows),
+            "target_tokens_mean": float(np.mean([len(t) for _, t in rows])),
+            "target_tokens_max": max(len(t) for _, t in rows),
+        }
+    )
     report = json.loads(json.dumps(report, default=float))  # as a reuse will read it back
     stamp.write_text(json.dumps({"settings": settings, "report": report}))
     return report
 
 
-def heldout_accuracy(model_dir: str | Path, data_dir: str | Path, seed: int = 0,
-                     max_new_tokens: int = PrepareConfig.max_new_tokens,
-                     reward_options: dict | None = None, **task_options) -> float:
+def heldout_accuracy(
+    model_dir: str | Path,
+    data_dir: str | Path,
+    seed: int = 0,
+    max_new_tokens: int = PrepareConfig.max_new_tokens,
+    reward_options: dict | None = None,
+    **task_options,
+) -> float:
     """Greedy pass@1 of the model in ``model_dir`` on the test split in ``data_dir``."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -157,8 +167,9 @@ def _eval_prompts(tokenizer, task, limit: int) -> dict[int, np.ndarray]:
     return encode_prompts(tokenizer, task.examples("eval"), task.config, limit).ids
 
 
-def _accuracy(model, tokenizer, task, prompts: dict[int, np.ndarray], max_new_tokens: int,
-              reward_options: dict | None = None) -> float:
+def _accuracy(
+    model, tokenizer, task, prompts: dict[int, np.ndarray], max_new_tokens: int, reward_options: dict | None = None
+) -> float:
     from roles.engines.torch_engine import TorchEngine
     from roles.rewards import build_reward, score_of
 
@@ -166,7 +177,8 @@ def _accuracy(model, tokenizer, task, prompts: dict[int, np.ndarray], max_new_to
     was_training = model.training
     # The engine uses the model as is (shared weights) and puts it in eval mode.
     samples = TorchEngine(model).generate(
-        list(prompts.values()), 1, SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens))
+        list(prompts.values()), 1, SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens)
+    )
     model.train(was_training)
     # Decoded as the reward role decodes responses (special tokens dropped).
     texts = tokenizer.batch_decode([s[0].response_ids.tolist() for s in samples], skip_special_tokens=True)

@@ -24,14 +24,44 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 NAMES = (
-    ("Mia", "she"), ("Leo", "he"), ("Ava", "she"), ("Sam", "he"), ("Zoe", "she"), ("Max", "he"),
-    ("Lily", "she"), ("Ben", "he"), ("Emma", "she"), ("Noah", "he"), ("Ruby", "she"), ("Omar", "he"),
-    ("Nora", "she"), ("Jack", "he"), ("Ella", "she"), ("Ivan", "he"), ("Rosa", "she"), ("Tom", "he"),
-    ("Anna", "she"), ("Luis", "he"),
+    ("Mia", "she"),
+    ("Leo", "he"),
+    ("Ava", "she"),
+    ("Sam", "he"),
+    ("Zoe", "she"),
+    ("Max", "he"),
+    ("Lily", "she"),
+    ("Ben", "he"),
+    ("Emma", "she"),
+    ("Noah", "he"),
+    ("Ruby", "she"),
+    ("Omar", "he"),
+    ("Nora", "she"),
+    ("Jack", "he"),
+    ("Ella", "she"),
+    ("Ivan", "he"),
+    ("Rosa", "she"),
+    ("Tom", "he"),
+    ("Anna", "she"),
+    ("Luis", "he"),
 )
 OBJECTS = (
-    "apples", "pencils", "marbles", "stickers", "cookies", "books", "cards", "shells",
-    "balloons", "stamps", "crayons", "oranges", "coins", "beads", "flowers", "toy cars",
+    "apples",
+    "pencils",
+    "marbles",
+    "stickers",
+    "cookies",
+    "books",
+    "cards",
+    "shells",
+    "balloons",
+    "stamps",
+    "crayons",
+    "oranges",
+    "coins",
+    "beads",
+    "flowers",
+    "toy cars",
 )
 CONTAINERS = ("bags", "boxes", "packs", "jars", "baskets")  # holders of equal groups
 GAIN_VERBS = ("buys", "finds", "gets", "wins", "collects", "is given")  # "<name> buys 5 more <objects>"
@@ -108,10 +138,12 @@ class _Writer:
 
     def _together(self, name: str, friend: str, obj: str) -> dict[str, str]:
         a, b = self._number(1, self.cfg.max_number), self._number(1, self.cfg.max_number)
-        sentences = [f"{name} has {a} {obj}.", f"{friend} has {b} more {obj} than {name}.",
-                     f"How many {obj} do {name} and {friend} have together?"]
-        lines = [f"{friend} has {a} + {b} = {a + b} {obj}.",
-                 f"Together they have {a} + {a + b} = {a + a + b} {obj}."]
+        sentences = [
+            f"{name} has {a} {obj}.",
+            f"{friend} has {b} more {obj} than {name}.",
+            f"How many {obj} do {name} and {friend} have together?",
+        ]
+        lines = [f"{friend} has {a} + {b} = {a + b} {obj}.", f"Together they have {a} + {a + b} = {a + a + b} {obj}."]
         return _row(sentences, lines, a + a + b)
 
 

@@ -1,11 +1,11 @@
-"""The ``run:`` section: the loop ``roles.controller.ControllerActor`` drives.
-"""
+"""The ``run:`` section: the loop ``roles.controller.ControllerActor`` drives."""
 
 from __future__ import annotations
 
 from pydantic import Field
 
 from roles.section import Section
+
 
 class ControllerConfig(Section):
     """The role map's ``run:`` section: the loop the controller drives."""

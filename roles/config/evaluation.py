@@ -1,5 +1,4 @@
-"""The ``eval:`` section: when and how ``roles.evaluation`` evaluates the policy during training.
-"""
+"""The ``eval:`` section: when and how ``roles.evaluation`` evaluates the policy during training."""
 
 from __future__ import annotations
 
@@ -7,9 +6,9 @@ from pydantic import Field
 
 from roles.section import Section
 
+
 class EvalConfig(Section):
     """The role map's ``eval:`` section: when and how the policy is evaluated during training."""
-
 
     # Evaluate the newest policy on the task's eval split every this many steps (0: never
     # during training). Eval prompts go through the same generators and reward ranks, tagged

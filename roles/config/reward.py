@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from roles.section import Section, field_error
 
+
 class RewardComponent(Section):
     """One scorer of a (possibly weighted) reward; its options are checked by its own Config."""
 
@@ -38,8 +39,11 @@ class RewardComponent(Section):
         if schema is not None:
             schema.model_validate(options)  # raises with each option's location
         elif options:
-            raise field_error((sorted(options)[0],), f"reward {value['name']!r} takes no options "
-                                f"(got {', '.join(sorted(options))})", options)
+            raise field_error(
+                (sorted(options)[0],),
+                f"reward {value['name']!r} takes no options (got {', '.join(sorted(options))})",
+                options,
+            )
         return {**{k: v for k, v in value.items() if k in own}, "options": options}
 
     @property
@@ -77,8 +81,10 @@ class RewardConfig(Section):
         seen = [c.logged_as for c in v]
         for label in seen:
             if "/" in label or label in ("correct", "score"):
-                raise ValueError(f"a component cannot be logged as {label!r} (no '/', and 'correct' and "
-                                 "'score' are the reward's own keys): give it another label")
+                raise ValueError(
+                    f"a component cannot be logged as {label!r} (no '/', and 'correct' and "
+                    "'score' are the reward's own keys): give it another label"
+                )
             if seen.count(label) > 1:
                 raise ValueError(f"two components are logged as {label!r}: give one a label")
         return v
@@ -87,5 +93,6 @@ class RewardConfig(Section):
         """The components as plain data for the scorer processes (``roles.rewards.combine``)."""
         from roles.rewards.combine import ComponentSpec
 
-        return [ComponentSpec(label=c.logged_as, name=c.name, weight=c.weight, options=c.options)
-                for c in self.components]
+        return [
+            ComponentSpec(label=c.logged_as, name=c.name, weight=c.weight, options=c.options) for c in self.components
+        ]

@@ -10,6 +10,7 @@ from pydantic import Field
 
 from roles.section import Section
 
+
 class RolloutConfig(Section):
     """The ``rollout:`` section: the shape of a step and how its responses are sampled."""
 

@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 
 from roles.section import Section
 
+
 class LossConfig(Section):
     """The loss of a training step (part of the role map's ``algorithm:`` section)."""
 
@@ -21,7 +22,7 @@ class LossConfig(Section):
     kl_coef: float = Field(0.0, ge=0)
 
     @model_validator(mode="after")
-    def _kl_with_grpo(self) -> "LossConfig":
+    def _kl_with_grpo(self) -> LossConfig:
         if self.kl_coef and self.loss != "grpo":
             raise ValueError(
                 f"algorithm.kl_coef ({self.kl_coef}) applies to loss: grpo only (AIPO has no KL term); "

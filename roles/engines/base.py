@@ -8,8 +8,9 @@ by Hugging Face parameter name, without being rebuilt.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable, Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -31,7 +32,7 @@ class EngineConfig(Section):
     compile: bool | None = None
 
     @model_validator(mode="after")
-    def _vllm_only_options(self) -> "EngineConfig":
+    def _vllm_only_options(self) -> EngineConfig:
         if self.engine != "vllm" and self.compile is not None:
             raise ValueError(f"compile applies to engine: vllm only (engine is {self.engine!r})")
         return self
@@ -53,9 +54,7 @@ class Sample:
 
 
 class Engine(Protocol):
-    def generate(
-        self, prompts: list[np.ndarray], n: int, sampling: SamplingConfig
-    ) -> list[list[Sample]]:
+    def generate(self, prompts: list[np.ndarray], n: int, sampling: SamplingConfig) -> list[list[Sample]]:
         """Sample ``n`` responses per prompt (int32 token ids); result[i][j] is sample j of prompt i."""
         ...
 

@@ -10,12 +10,11 @@ fast as ``generate`` (see ``bench_vs_hf_generate``).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import torch
-
 from transformers.cache_utils import Cache, DynamicLayer
 
 from roles.engines.base import Sample, SamplingConfig
@@ -55,9 +54,7 @@ class TorchEngine:
 
     # ------------------------------------------------------------------ Engine protocol
 
-    def generate(
-        self, prompts: list[np.ndarray], n: int, sampling: SamplingConfig
-    ) -> list[list[Sample]]:
+    def generate(self, prompts: list[np.ndarray], n: int, sampling: SamplingConfig) -> list[list[Sample]]:
         rows = [np.asarray(p) for p in prompts for _ in range(n)]
         gen = None
         if sampling.seed is not None:
@@ -81,8 +78,7 @@ class TorchEngine:
                     raise KeyError(f"load_weights: unknown parameter {name!r}")
                 if tuple(param.shape) != tuple(tensor.shape):
                     raise ValueError(
-                        f"load_weights: {name!r} has shape {tuple(tensor.shape)}, "
-                        f"the model's is {tuple(param.shape)}"
+                        f"load_weights: {name!r} has shape {tuple(tensor.shape)}, the model's is {tuple(param.shape)}"
                     )
                 param.copy_(tensor)
 
@@ -125,8 +121,12 @@ class TorchEngine:
 
         cache = _preallocated_cache(self.model.config, width + T)
         logits = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache,
-            use_cache=True, logits_to_keep=1,
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=pos,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
         ).logits[:, -1]
         for t in range(T):
             tok, lp = _pick(logits, sampling, self.eos_ids if t < min_new_tokens else None, gen)
@@ -147,8 +147,11 @@ class TorchEngine:
                 cache.batch_select_indices(keep)
             mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
             logits = self.model(
-                input_ids=tok[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-                past_key_values=cache, use_cache=True,
+                input_ids=tok[:, None],
+                attention_mask=mask,
+                position_ids=next_pos[:, None],
+                past_key_values=cache,
+                use_cache=True,
             ).logits[:, -1]
             next_pos = next_pos + 1
 
@@ -304,9 +307,15 @@ def bench_vs_hf_generate(
         torch.manual_seed(seed)
         with torch.inference_mode():
             out = model.generate(
-                input_ids=prompts, attention_mask=torch.ones_like(prompts), do_sample=True,
-                temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=new_tokens,
-                min_new_tokens=new_tokens, pad_token_id=engine.pad_id,
+                input_ids=prompts,
+                attention_mask=torch.ones_like(prompts),
+                do_sample=True,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=0,
+                max_new_tokens=new_tokens,
+                min_new_tokens=new_tokens,
+                pad_token_id=engine.pad_id,
             )
         out = out.cpu()  # wait for the device, as ours does
         return (out.shape[1] - prompt_len) * batch
@@ -322,8 +331,11 @@ def bench_vs_hf_generate(
             walls.append(time.perf_counter() - t0)
             cpus.append(time.process_time() - c0)
     result = {
-        "batch": batch, "new_tokens": new_tokens, "prompt_len": prompt_len,
-        "device": device, "threads": torch.get_num_threads(),
+        "batch": batch,
+        "new_tokens": new_tokens,
+        "prompt_len": prompt_len,
+        "device": device,
+        "threads": torch.get_num_threads(),
     }
     for name, (_, walls, cpus) in runs.items():
         result[f"{name}_tokens"] = tokens[name]

@@ -34,9 +34,10 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import torch
@@ -78,7 +79,7 @@ class VllmEngine:
         self._param_names = _checkpoint_names(config.model)
 
     @classmethod
-    def from_config(cls, engine, model, *, max_seqs: int, seed: int = 0) -> "VllmEngine":
+    def from_config(cls, engine, model, *, max_seqs: int, seed: int = 0) -> VllmEngine:
         """The engine of a role map's ``world.generator`` (``EngineConfig``) over its ``model:``."""
         return cls(
             cls.Config(
@@ -152,9 +153,7 @@ class VllmEngine:
                 f"{len(named) - len(names)} duplicated"
             )
         # A list, not an iterator: with tensor parallelism the call is shipped to worker processes.
-        self._llm.collective_rpc(
-            "reload_weights", kwargs={"weights_iterator": named, "is_checkpoint_format": True}
-        )
+        self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named, "is_checkpoint_format": True})
         if not self._llm.reset_prefix_cache():
             raise RuntimeError("vLLM refused to reset its prefix cache (requests still running?)")
         self.last_update_s = time.perf_counter() - t0

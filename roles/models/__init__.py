@@ -12,9 +12,9 @@ in only inside the functions that need it.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import field_validator
 
@@ -27,12 +27,20 @@ if TYPE_CHECKING:
 
     from transports.weights.plan import Need
 
-__all__ = ["GENERIC", "MODEL_SPECS", "Dtype", "ModelConfig", "ModelSpec", "layers_by_name",
-           "spec_for", "torch_dtype", "tp_need"]
+__all__ = [
+    "GENERIC",
+    "MODEL_SPECS",
+    "Dtype",
+    "ModelConfig",
+    "ModelSpec",
+    "layers_by_name",
+    "spec_for",
+    "torch_dtype",
+    "tp_need",
+]
 
 MODEL_SPECS: dict[str, ModelSpec] = {s.name: s for s in (llama.SPEC, qwen2.SPEC)}
 GENERIC = generic.SPEC
-_BY_ARCHITECTURE = {a: s for s in MODEL_SPECS.values() for a in s.architectures}
 
 
 def spec_for(config_or_model: Any) -> ModelSpec:
@@ -48,13 +56,13 @@ def spec_for(config_or_model: Any) -> ModelSpec:
         architectures = getattr(cfg, "architectures", None)
         model_type = getattr(cfg, "model_type", None)
     for arch in architectures or ():
-        if arch in _BY_ARCHITECTURE:
-            return _BY_ARCHITECTURE[arch]
+        for spec in MODEL_SPECS.values():  # a handful: no index to keep in step with the registry
+            if arch in spec.architectures:
+                return spec
     return MODEL_SPECS.get(model_type, GENERIC)
 
 
-def tp_need(spec: ModelSpec, params: Iterable[tuple[str, Any]], tp_rank: int = 0,
-            tp_size: int = 1) -> Need:
+def tp_need(spec: ModelSpec, params: Iterable[tuple[str, Any]], tp_rank: int = 0, tp_size: int = 1) -> Need:
     """The weight-sync ``Need`` of tensor-parallel rank ``tp_rank`` of ``tp_size``.
 
     ``params``: ``(Hugging Face name, shape or tensor)`` of every parameter (a meta-device

@@ -12,9 +12,9 @@ Nothing here imports torch at module level: the role-map parser imports this pac
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from torch import nn
@@ -60,9 +60,11 @@ class ModelSpec:
         silent "replicate everything" would give every tensor-parallel rank the whole model.
         """
         if self.tp_rule is None:
-            raise ValueError(f"model family {self.name!r} has no tensor-parallel rules, so it can "
-                             f"only be served with tensor_parallel 1 (a family module under "
-                             f"roles/models/ gives it some)")
+            raise ValueError(
+                f"model family {self.name!r} has no tensor-parallel rules, so it can "
+                f"only be served with tensor_parallel 1 (a family module under "
+                f"roles/models/ gives it some)"
+            )
         return self.tp_rule(param_name, ndim)
 
     def split_dims(self, params: Iterable[tuple[str, Any]]) -> tuple[tuple[str, int], ...]:

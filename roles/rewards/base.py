@@ -18,11 +18,12 @@ process (``roles.rewards.sandbox``), so a time limit holds whatever the function
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Union
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from roles.section import Section
 
-RewardValue = Union[float, Mapping[str, float]]
+RewardValue = float | Mapping[str, float]
 RewardFn = Callable[[str, Any], RewardValue]
 
 

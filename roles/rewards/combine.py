@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import pydantic
 
@@ -42,10 +43,11 @@ class ComponentSpec:
 
     def __post_init__(self):
         if not self.label or "/" in self.label or self.label in RESERVED_LABELS:
-            raise ValueError(f"reward label {self.label!r}: a label is a non-empty name without '/', "
-                             f"and not one of {', '.join(RESERVED_LABELS)}")
-        if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) \
-                or not math.isfinite(self.weight):
+            raise ValueError(
+                f"reward label {self.label!r}: a label is a non-empty name without '/', "
+                f"and not one of {', '.join(RESERVED_LABELS)}"
+            )
+        if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) or not math.isfinite(self.weight):
             raise ValueError(f"reward {self.label!r}: weight must be a finite number, got {self.weight!r}")
 
 
@@ -115,6 +117,10 @@ class CombinedReward:
     def _log_first(self, spec: ComponentSpec, example: Any) -> None:
         if spec.label not in self._logged:
             self._logged.add(spec.label)
-            log.warning("reward %r (%s) failed on example %s; it scores 0 (later failures are "
-                        "only counted)", spec.label, spec.name, getattr(example, "id", "?"),
-                        exc_info=True)
+            log.warning(
+                "reward %r (%s) failed on example %s; it scores 0 (later failures are only counted)",
+                spec.label,
+                spec.name,
+                getattr(example, "id", "?"),
+                exc_info=True,
+            )

@@ -47,19 +47,27 @@ class FormatReward:
         @classmethod
         def _is_name(cls, v: str | None) -> str | None:
             if v is not None and not _TAG_NAME.fullmatch(v):
-                raise ValueError(f"option 'tag' must be an element name such as 'answer' "
-                                 f"(no angle brackets), got {v!r}")
+                raise ValueError(
+                    f"option 'tag' must be an element name such as 'answer' (no angle brackets), got {v!r}"
+                )
             return v
 
         @model_validator(mode="after")
         def _exactly_one(self):
-            chosen = [name for name, on in (("pattern", self.pattern is not None),
-                                            ("tag", self.tag is not None),
-                                            ("boxed", self.boxed)) if on]
+            chosen = [
+                name
+                for name, on in (
+                    ("pattern", self.pattern is not None),
+                    ("tag", self.tag is not None),
+                    ("boxed", self.boxed),
+                )
+                if on
+            ]
             if len(chosen) != 1:
                 got = ", ".join(chosen) if chosen else "none"
-                raise ValueError(f"the format reward takes exactly one of the options 'pattern', "
-                                 f"'tag' or 'boxed: true' (got {got})")
+                raise ValueError(
+                    f"the format reward takes exactly one of the options 'pattern', 'tag' or 'boxed: true' (got {got})"
+                )
             return self
 
     def __init__(self, config: Config):

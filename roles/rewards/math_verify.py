@@ -115,13 +115,14 @@ class MathVerifyReward:
     def __call__(self, response: str, example: Any) -> dict[str, float]:
         gold = self._gold(example.answer)
         if not gold:
-            raise ValueError(f"example {example.id}: math_verify cannot parse the reference "
-                             f"answer {example.answer!r}")
+            raise ValueError(f"example {example.id}: math_verify cannot parse the reference answer {example.answer!r}")
         # math_verify's extraction knows \boxed only; \fbox is the same box.
-        pred = self._parse(response.replace("\\fbox{", "\\boxed{"), self._pred_targets,
-                           parsing_timeout=None)
+        pred = self._parse(response.replace("\\fbox{", "\\boxed{"), self._pred_targets, parsing_timeout=None)
         correct = bool(pred) and self._verify(
-            gold, pred, float_rounding=self.config.float_rounding, strict=self.config.strict,
+            gold,
+            pred,
+            float_rounding=self.config.float_rounding,
+            strict=self.config.strict,
             timeout_seconds=None,
         )
         return {"score": float(correct), "correct": float(correct)}

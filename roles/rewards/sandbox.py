@@ -27,9 +27,10 @@ import select
 import time
 import weakref
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing import connection
-from typing import Any, Sequence
+from typing import Any
 
 from roles.rewards import REWARDS, reward_object
 from roles.rewards import worker as _worker
@@ -127,8 +128,9 @@ class RewardSandbox:
     be built. One caller at a time: ``score`` is not meant to be called from two threads.
     """
 
-    def __init__(self, specs: Sequence[ComponentSpec], timeout_s: float, workers: int = 1,
-                 startup_timeout_s: float = 120.0):
+    def __init__(
+        self, specs: Sequence[ComponentSpec], timeout_s: float, workers: int = 1, startup_timeout_s: float = 120.0
+    ):
         if not timeout_s > 0:
             raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
         if workers < 1:

@@ -181,8 +181,7 @@ def start(server: forkserver.ForkServer, specs, startup_timeout_s: float):
     """
     req_r, requests = CONTEXT.Pipe(duplex=False)
     results, res_w = CONTEXT.Pipe(duplex=False)
-    proc = WorkerProcess(server, target=serve, args=(specs, req_r, res_w), daemon=True,
-                         name="mpirl-reward-worker")
+    proc = WorkerProcess(server, target=serve, args=(specs, req_r, res_w), daemon=True, name="mpirl-reward-worker")
     try:
         proc.start()
     except BaseException:

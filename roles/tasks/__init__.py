@@ -32,8 +32,11 @@ def task_section(value) -> TaskConfig:
     if not isinstance(value, dict):
         raise ValueError(f"a mapping with the task's name and options, got {type(value).__name__}")
     if "name" not in value:
-        raise field_error(("name",), "required but missing (a built-in task: "
-                          f"{', '.join(sorted(TASKS))}; or package.module:Class)", value)
+        raise field_error(
+            ("name",),
+            f"required but missing (a built-in task: {', '.join(sorted(TASKS))}; or package.module:Class)",
+            value,
+        )
     name = value["name"]
     if not isinstance(name, str):
         raise field_error(("name",), f"a task name is a string, got {name!r}", name)

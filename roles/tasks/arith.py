@@ -67,7 +67,7 @@ class ArithTask(Task):
 
     default_reward = "arith_exact"
 
-    def __init__(self, config: "ArithTask.Config", seed: int = 0):
+    def __init__(self, config: ArithTask.Config, seed: int = 0):
         super().__init__(config, seed)
         train, heldout = _split(config.max_operand, config.heldout_fraction, seed)
         self._splits = {"train": [_example(p) for p in train], "eval": [_example(p) for p in heldout]}

@@ -11,7 +11,8 @@ applied when prompts are rendered, not here. Reading files, ids and splits are
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from roles.tasks.base import Example, Messages
 from roles.tasks.file_task import BadRow, FileTask, FileTaskConfig, describe, text_cell
@@ -46,8 +47,7 @@ class DatasetTask(FileTask):
         elif value is None or isinstance(value, str):
             prompt = text_cell(row, c.prompt_key)
         else:
-            raise BadRow(f"{c.prompt_key!r} is {describe(value)}, expected a string or a list "
-                         "of chat messages")
+            raise BadRow(f"{c.prompt_key!r} is {describe(value)}, expected a string or a list of chat messages")
         if prompt is None:
             return f"an empty {c.prompt_key!r}"
         answer = ""
@@ -65,14 +65,12 @@ def _messages(value: list | tuple, key: str) -> Messages | None:
     out = []
     for i, m in enumerate(value):
         if not isinstance(m, Mapping):
-            raise BadRow(f"{key!r} message {i} is a {type(m).__name__}, "
-                         "expected a {role, content} mapping")
+            raise BadRow(f"{key!r} message {i} is a {type(m).__name__}, expected a {{role, content}} mapping")
         role, content = m.get("role"), m.get("content")
         if role not in ROLES:
             raise BadRow(f"{key!r} message {i} has role {role!r} (roles: {', '.join(ROLES)})")
         if not isinstance(content, str):
-            raise BadRow(f"{key!r} message {i} ({role}) has content {content!r:.40}, "
-                         "expected a string")
+            raise BadRow(f"{key!r} message {i} ({role}) has content {content!r:.40}, expected a string")
         out.append({"role": role, "content": content})
     if not any(m["role"] == "user" for m in out):
         raise BadRow(f"{key!r} has no user message (roles: {', '.join(m['role'] for m in out)})")

@@ -16,8 +16,9 @@ function of the usable rows and the seed, so every rank makes the same one witho
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Mapping
+from typing import Annotated, Any
 
 import numpy as np
 from pydantic import AfterValidator, Field, field_validator, model_validator
@@ -62,15 +63,19 @@ class FileTaskConfig(TaskConfig):
         return [v] if isinstance(v, str) else v
 
     @model_validator(mode="after")
-    def _one_eval_source(self) -> "FileTaskConfig":
+    def _one_eval_source(self) -> FileTaskConfig:
         if self.eval_files and self.eval_fraction:
-            raise ValueError(f"eval_files and eval_fraction ({self.eval_fraction}) are two ways "
-                             "to make the eval split: give one of them")
+            raise ValueError(
+                f"eval_files and eval_fraction ({self.eval_fraction}) are two ways "
+                "to make the eval split: give one of them"
+            )
         train = {Path(p).resolve(): i for i, p in enumerate(self.train_files)}
         for i, p in enumerate(self.eval_files):
             if Path(p).resolve() in train:
-                raise ValueError(f"eval_files[{i}] is also train_files[{train[Path(p).resolve()]}] "
-                                 f"({p}): the eval rows would be trained on")
+                raise ValueError(
+                    f"eval_files[{i}] is also train_files[{train[Path(p).resolve()]}] "
+                    f"({p}): the eval rows would be trained on"
+                )
         return self
 
 
@@ -121,8 +126,9 @@ class FileTask(Task):
             usable, reasons = self._examples(rows, next_id)
             if not usable:
                 why = "; ".join(f"{n} with {r}" for r, n in reasons.most_common())
-                raise rows.error(f"no usable rows ({len(rows.rows)} rows: {why})" if why
-                                 else "no usable rows (the file has no rows)")
+                raise rows.error(
+                    f"no usable rows ({len(rows.rows)} rows: {why})" if why else "no usable rows (the file has no rows)"
+                )
             self.skipped[rows.field] = dict(reasons)
             examples += usable
             next_id += len(rows.rows)
@@ -147,9 +153,11 @@ class FileTask(Task):
             return rows, []
         n_eval = int(round(fraction * len(rows)))
         if not 0 < n_eval < len(rows):
-            raise TaskDataError(f"task.eval_fraction: {fraction} of {len(rows)} usable train rows "
-                                f"leaves {n_eval} for eval and {len(rows) - n_eval} for training; "
-                                "both need at least one")
+            raise TaskDataError(
+                f"task.eval_fraction: {fraction} of {len(rows)} usable train rows "
+                f"leaves {n_eval} for eval and {len(rows) - n_eval} for training; "
+                "both need at least one"
+            )
         seed = self.seed if self.config.split_seed is None else self.config.split_seed
         held = set(np.random.default_rng(seed).permutation(len(rows))[:n_eval].tolist())
         # Both splits stay in id order; the draw decides only membership.
@@ -177,6 +185,5 @@ def text_cell(row: Mapping[str, Any], key: str, numbers: bool = False) -> str | 
 
 def describe(value: Any) -> str:
     """A cell's value for a message: ``an integer (12)``."""
-    names = {bool: "a boolean", int: "an integer", float: "a number", list: "a list",
-             dict: "a mapping", bytes: "bytes"}
+    names = {bool: "a boolean", int: "an integer", float: "a number", list: "a list", dict: "a mapping", bytes: "bytes"}
     return f"{names.get(type(value), 'a ' + type(value).__name__)} ({value!r:.40})"

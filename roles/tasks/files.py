@@ -18,9 +18,10 @@ datasets are imported only when a file of theirs is read: naming a JSONL file co
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from roles.tasks.base import TaskDataError
 
@@ -69,12 +70,20 @@ def check_path(path: str | Path, field: str | None = None) -> Kind:
             except (OSError, ValueError, KeyError, TypeError):
                 splits = sorted(c.name for c in p.iterdir() if c.is_dir())
             example = p / splits[0] if splits else p / "train"
-            raise TaskDataError(_name(field, path, (
-                f"a DatasetDict folder (splits: {', '.join(map(str, splits)) or 'none'}); "
-                f"name one split's folder, e.g. {example}")))
+            raise TaskDataError(
+                _name(
+                    field,
+                    path,
+                    (
+                        f"a DatasetDict folder (splits: {', '.join(map(str, splits)) or 'none'}); "
+                        f"name one split's folder, e.g. {example}"
+                    ),
+                )
+            )
         if not (p / "state.json").is_file():
-            raise TaskDataError(_name(field, path, (
-                "a folder, but not one written by datasets' save_to_disk (it has no state.json)")))
+            raise TaskDataError(
+                _name(field, path, ("a folder, but not one written by datasets' save_to_disk (it has no state.json)"))
+            )
         return "saved"
     kind = _SUFFIXES.get(p.suffix.lower())
     if kind is None:
@@ -83,8 +92,7 @@ def check_path(path: str | Path, field: str | None = None) -> Kind:
     return kind
 
 
-def read_rows(path: str | Path, field: str, columns: Sequence[str],
-              optional: Sequence[str] = ()) -> FileRows:
+def read_rows(path: str | Path, field: str, columns: Sequence[str], optional: Sequence[str] = ()) -> FileRows:
     """The rows of ``path`` with ``columns`` (each must be in the file) and those of ``optional``
     that the file has. Values are plain Python (str, int, list, dict, None)."""
     kind = check_path(path, field)
@@ -121,8 +129,7 @@ def _read_parquet(path, field: str, required, wanted: list[str]) -> FileRows:
         # The column check comes before reading, so a wrong column name costs no read.
         table = pf.read(columns=_present(names, required, wanted, field, path))
     except (pa.ArrowException, OSError) as e:
-        raise TaskDataError(_name(field, path, f"not a readable Parquet file "
-                                               f"({type(e).__name__}: {e})")) from None
+        raise TaskDataError(_name(field, path, f"not a readable Parquet file ({type(e).__name__}: {e})")) from None
     return FileRows(field, str(path), names, table.to_pylist())
 
 
@@ -132,8 +139,9 @@ def _read_saved(path, field: str, required, wanted: list[str]) -> FileRows:
     try:
         ds = datasets.load_from_disk(str(path))
     except Exception as e:  # noqa: BLE001 - datasets raises many kinds; each is the user's to see
-        raise TaskDataError(_name(field, path, f"cannot load this save_to_disk folder "
-                                               f"({type(e).__name__}: {e})")) from None
+        raise TaskDataError(
+            _name(field, path, f"cannot load this save_to_disk folder ({type(e).__name__}: {e})")
+        ) from None
     if not isinstance(ds, datasets.Dataset):  # check_path saw no dataset_dict.json, but be sure
         raise TaskDataError(_name(field, path, f"holds a {type(ds).__name__}, not one Dataset"))
     names = tuple(ds.column_names)
@@ -142,8 +150,9 @@ def _read_saved(path, field: str, required, wanted: list[str]) -> FileRows:
     except TaskDataError:
         raise
     except Exception as e:  # noqa: BLE001 - a damaged Arrow file shows only when read
-        raise TaskDataError(_name(field, path, f"cannot read this save_to_disk folder "
-                                               f"({type(e).__name__}: {e})")) from None
+        raise TaskDataError(
+            _name(field, path, f"cannot read this save_to_disk folder ({type(e).__name__}: {e})")
+        ) from None
     return FileRows(field, str(path), names, rows)
 
 
@@ -185,12 +194,10 @@ def _json_array(text: str, field: str, path) -> list[dict]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise TaskDataError(_name(field, path, f"invalid JSON at line {e.lineno}, column {e.colno}: "
-                                               f"{e.msg}")) from None
+        raise TaskDataError(_name(field, path, f"invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}")) from None
     for i, obj in enumerate(data):
         if not isinstance(obj, dict):
-            raise TaskDataError(_name(field, path, f"item {i} of the JSON array is a "
-                                                   f"{_json_type(obj)}, not an object"))
+            raise TaskDataError(_name(field, path, f"item {i} of the JSON array is a {_json_type(obj)}, not an object"))
     return data
 
 
@@ -204,15 +211,24 @@ def _json_lines(lines, field: str, path, hint: bool):
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
-            raise TaskDataError(_name(field, path, f"line {n}: invalid JSON at column {e.colno}: "
-                                                   f"{e.msg}{tip}")) from None
+            raise TaskDataError(
+                _name(field, path, f"line {n}: invalid JSON at column {e.colno}: {e.msg}{tip}")
+            ) from None
         if not isinstance(obj, dict):
-            raise TaskDataError(_name(field, path, f"line {n}: a JSON {_json_type(obj)}, "
-                                                   f"where each line holds one object{tip}"))
+            raise TaskDataError(
+                _name(field, path, f"line {n}: a JSON {_json_type(obj)}, where each line holds one object{tip}")
+            )
         yield n, obj
 
 
 def _json_type(value: Any) -> str:
-    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number",
-             float: "number", type(None): "null"}
+    names = {
+        dict: "object",
+        list: "array",
+        str: "string",
+        bool: "boolean",
+        int: "number",
+        float: "number",
+        type(None): "null",
+    }
     return names.get(type(value), type(value).__name__)

@@ -10,7 +10,8 @@ can read after it, is skipped and counted. Reading files, ids and splits are :mo
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from roles.tasks.base import Example
 from roles.tasks.file_task import FileTask, FileTaskConfig, text_cell

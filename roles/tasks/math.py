@@ -10,7 +10,8 @@ files, ids and splits are :mod:`roles.tasks.file_task`'s.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from roles.tasks import files
 from roles.tasks.base import Example

@@ -11,8 +11,8 @@ asked. Knows nothing about tasks beyond ``Example`` and ``TaskConfig``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import numpy as np
 
@@ -44,21 +44,22 @@ def messages_of(example: Example, config: TaskConfig) -> list[dict[str, str]]:
 def prompt_text(tokenizer, example: Example, config: TaskConfig) -> str:
     """The exact text the model is prompted with (the chat template applied, or plain)."""
     if uses_chat_template(tokenizer, config):
-        return tokenizer.apply_chat_template(
-            messages_of(example, config), tokenize=False, add_generation_prompt=True
-        )
+        return tokenizer.apply_chat_template(messages_of(example, config), tokenize=False, add_generation_prompt=True)
     if not isinstance(example.prompt, str):
-        why = ("task.chat_template is false" if not config.chat_template
-               else "the tokenizer at model.path has no chat template")
-        raise TaskDataError(f"task: example {example.id} has a chat-message prompt but {why}; "
-                            "plain-text prompts only")
+        why = (
+            "task.chat_template is false"
+            if not config.chat_template
+            else "the tokenizer at model.path has no chat template"
+        )
+        raise TaskDataError(f"task: example {example.id} has a chat-message prompt but {why}; plain-text prompts only")
     if config.system_prompt is not None:
         return f"{config.system_prompt}\n\n{example.prompt}"
     return example.prompt
 
 
-def encode_prompts(tokenizer, examples: Sequence[Example], config: TaskConfig, max_tokens: int | None,
-                   batch: int = 1024) -> EncodedPrompts:
+def encode_prompts(
+    tokenizer, examples: Sequence[Example], config: TaskConfig, max_tokens: int | None, batch: int = 1024
+) -> EncodedPrompts:
     """Token ids of every prompt not longer than ``max_tokens`` (None: no limit)."""
     chat = uses_chat_template(tokenizer, config)
     out = EncodedPrompts(ids={})
@@ -87,6 +88,8 @@ def _encode(tokenizer, texts: list[str], examples: Sequence[Example], add_specia
             try:
                 tokenizer(text, add_special_tokens=add_special_tokens)
             except Exception as e:  # noqa: BLE001
-                raise TaskDataError(f"task: the tokenizer at model.path cannot encode the prompt of example "
-                                    f"{ex.id} ({text[:60]!r}...): {type(e).__name__}: {e}") from None
+                raise TaskDataError(
+                    f"task: the tokenizer at model.path cannot encode the prompt of example "
+                    f"{ex.id} ({text[:60]!r}...): {type(e).__name__}: {e}"
+                ) from None
         raise

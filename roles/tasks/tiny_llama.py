@@ -42,14 +42,10 @@ class ModelSize:
 
 
 # ~0.66M parameters: the arithmetic demo; SFT + RL run in seconds to minutes on 2 CPU cores.
-TINY = ModelSize(
-    hidden_size=128, num_layers=4, num_heads=2, intermediate_size=256, max_position_embeddings=64
-)
+TINY = ModelSize(hidden_size=128, num_layers=4, num_heads=2, intermediate_size=256, max_position_embeddings=64)
 # ~25M parameters: big enough that generation is bound by matmuls, not Python overhead,
 # so engine benchmarks (torch vs HF generate vs vLLM) measure something real.
-BENCH_25M = ModelSize(
-    hidden_size=512, num_layers=8, num_heads=8, intermediate_size=1376, max_position_embeddings=256
-)
+BENCH_25M = ModelSize(hidden_size=512, num_layers=8, num_heads=8, intermediate_size=1376, max_position_embeddings=256)
 
 
 def save_char_tokenizer(out_dir: str | Path, alphabet: str) -> PreTrainedTokenizerFast:
@@ -94,9 +90,7 @@ def build_tiny_llama(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tok = save_char_tokenizer(out, alphabet)
-    config = llama_config(
-        tok, hidden_size, num_layers, num_heads, intermediate_size, max_position_embeddings
-    )
+    config = llama_config(tok, hidden_size, num_layers, num_heads, intermediate_size, max_position_embeddings)
     _save_random_model(out, config, tok, seed, dtype)
     return out
 
@@ -127,16 +121,15 @@ def build_tiny_llama_for_tokenizer(
     out.mkdir(parents=True, exist_ok=True)
     # A chat template stays in tokenizer_config.json, where roles.tasks.tiny_bpe put it.
     tokenizer.save_pretrained(str(out), save_jinja_files=False)
-    config = llama_config(
-        tokenizer, hidden_size, num_layers, num_heads, intermediate_size, max_position_embeddings
-    )
+    config = llama_config(tokenizer, hidden_size, num_layers, num_heads, intermediate_size, max_position_embeddings)
     stops = list(dict.fromkeys([tokenizer.eos_token_id, tokenizer.pad_token_id]))
     _save_random_model(out, config, tokenizer, seed, dtype, stops if len(stops) > 1 else None)
     return out
 
 
-def _save_random_model(out: Path, config: LlamaConfig, tok, seed: int, dtype: torch.dtype,
-                       stop_ids: list[int] | None = None) -> None:
+def _save_random_model(
+    out: Path, config: LlamaConfig, tok, seed: int, dtype: torch.dtype, stop_ids: list[int] | None = None
+) -> None:
     # HF init draws from the global generator: seed it, but leave the caller's state as it was.
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

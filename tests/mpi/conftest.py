@@ -84,8 +84,10 @@ class _MPISession:
     # ----------------------------------------------------------------- timeout
 
     def pytest_report_header(self, config):
-        return (f"MPI: {self.size} ranks; only rank 0 reports unless another fails; a test past its "
-                "timeout prints its stacks and aborts the job (tests/mpi/conftest.py)")
+        return (
+            f"MPI: {self.size} ranks; only rank 0 reports unless another fails; a test past its "
+            "timeout prints its stacks and aborts the job (tests/mpi/conftest.py)"
+        )
 
     @pytest.hookimpl(tryfirst=True, optionalhook=True)
     def pytest_timeout_set_timer(self, item, settings):

@@ -124,8 +124,11 @@ def test_message_without_handler_is_an_error(comm, open_mailbox):
     mb = open_mailbox(roles_of(comm))
     if comm.rank == 1:
         actor = Worker(mb)
-        with pytest.raises(RuntimeError, match=r"Worker at worker 0 has no handler for (ActorTest)?Unhandled "
-                                               r"\(from boss 0\)"):
+        with pytest.raises(
+            RuntimeError,
+            match=r"Worker at worker 0 has no handler for (ActorTest)?Unhandled "
+            r"\(from boss 0\)",
+        ):
             deadline = time.monotonic() + WAIT_S
             while time.monotonic() < deadline:
                 actor.handle_pending()

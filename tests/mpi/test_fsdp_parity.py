@@ -21,9 +21,16 @@ STEPS, BATCH, SEQ = 5, 4, 16
 def tiny_llama(seed=0):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(vocab_size=37, hidden_size=24, intermediate_size=45, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                      tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=37,
+        hidden_size=24,
+        intermediate_size=45,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(seed)
     return LlamaForCausalLM(cfg)
 
@@ -67,7 +74,7 @@ def test_two_trainers_match_one():
             model = shard_model(tiny_llama(), group)
             half = BATCH // len(TRAINERS)
             i = TRAINERS.index(rank)
-            losses = train(model, [x[i * half:(i + 1) * half] for x in data], group)
+            losses = train(model, [x[i * half : (i + 1) * half] for x in data], group)
             result = (losses, full_state(model))
         elif rank == REFERENCE:
             model = tiny_llama()
@@ -86,7 +93,7 @@ def test_two_trainers_match_one():
         assert losses == pytest.approx(ref_losses, rel=1e-5, abs=1e-6), (t, losses, ref_losses)
         assert list(state) == list(ref_state)
         for k, v in ref_state.items():
-            torch.testing.assert_close(state[k], v, rtol=1e-4, atol=1e-5, msg=lambda m: f"{k}: {m}")
+            torch.testing.assert_close(state[k], v, rtol=1e-4, atol=1e-5, msg=lambda m, k=k: f"{k}: {m}")
     assert ref_losses[-1] < ref_losses[0]  # it did learn something
 
 
@@ -120,16 +127,27 @@ def test_trainers_skip_all_equal_groups_without_losing_step(base_config, layout)
         out = []
         for i, rewards in enumerate(rewards_per_group):
             lens = rng.integers(1, 6, len(rewards))
-            out.append(Rollout(
-                example_id=i, group_id=i, step=0, prompt_ids=rng.integers(3, 37, 4).astype(np.int32),
-                response_ids=[rng.integers(3, 37, n).astype(np.int32) for n in lens],
-                logprobs=[(-rng.random(n) * 2).astype(np.float32) for n in lens],
-                finish_reasons=["stop"] * len(rewards), policy_version=0, rewards=list(rewards)))
+            out.append(
+                Rollout(
+                    example_id=i,
+                    group_id=i,
+                    step=0,
+                    prompt_ids=rng.integers(3, 37, 4).astype(np.int32),
+                    response_ids=[rng.integers(3, 37, n).astype(np.int32) for n in lens],
+                    logprobs=[(-rng.random(n) * 2).astype(np.float32) for n in lens],
+                    finish_reasons=["stop"] * len(rewards),
+                    policy_version=0,
+                    rewards=list(rewards),
+                )
+            )
         return out
 
     # Trainer 0's share has three groups with signal (two micro-batches of 4 samples each);
     # trainer 1's share is all-equal. The reference trains on both shares at once.
-    share = {0: groups([[1, 0, 1, 0], [0, 1, 1, 1], [1, 1, 0, 1]]), 1: groups([[1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1]])}
+    share = {
+        0: groups([[1, 0, 1, 0], [0, 1, 1, 1], [1, 1, 0, 1]]),
+        1: groups([[1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1]]),
+    }
 
     def trainer(model, skip, n_trainers, dp_group, replicas=False):
         raw = copy.deepcopy(base_config)
@@ -139,9 +157,17 @@ def test_trainers_skip_all_equal_groups_without_losing_step(base_config, layout)
         table = SimpleNamespace(rank=rank, role="trainer", index=0, size=lambda role: 0)
         policy = SimpleNamespace(model=model, local_params=lambda: [])
         cfg = config.parse(raw)
-        return TrainerActor(SimpleNamespace(role_table=table), cfg.algorithm, rollout=cfg.rollout,
-                            schedule=cfg.schedule(), routes=cfg.routes(), policy=policy, sender=None,
-                            dp_group=dp_group, allreduce_grads=replicas)
+        return TrainerActor(
+            SimpleNamespace(role_table=table),
+            cfg.algorithm,
+            rollout=cfg.rollout,
+            schedule=cfg.schedule(),
+            routes=cfg.routes(),
+            policy=policy,
+            sender=None,
+            dp_group=dp_group,
+            allreduce_grads=replicas,
+        )
 
     result, err = None, None
     try:
@@ -170,4 +196,4 @@ def test_trainers_skip_all_equal_groups_without_losing_step(base_config, layout)
     for t in TRAINERS:
         state = everyone[t][0][1]
         for k, v in ref_state.items():
-            torch.testing.assert_close(state[k], v, rtol=1e-4, atol=1e-5, msg=lambda m: f"{k}: {m}")
+            torch.testing.assert_close(state[k], v, rtol=1e-4, atol=1e-5, msg=lambda m, k=k: f"{k}: {m}")

@@ -170,7 +170,8 @@ def test_back_pressure_bounds_bytes_in_flight_and_memory(comm, hub_and_spokes):
             mb.send(("hub", 0), Seq(i, np.full(msg_bytes, i % 256, np.uint8)))  # a fresh array each time
             peak_inflight = max(peak_inflight, mb.transport.inflight_bytes)
             assert mb.transport.inflight_bytes <= bound + one_message, (
-                f"{mb.transport.inflight_bytes} bytes in flight, bound {bound}")
+                f"{mb.transport.inflight_bytes} bytes in flight, bound {bound}"
+            )
             peak_rss = max(peak_rss, rss_bytes() - base)
         mb.flush(timeout_s=WAIT_S)
         assert mb.transport.inflight_bytes == 0 and mb.transport.pending_sends == 0
@@ -261,6 +262,7 @@ def test_wait_times_out_and_checks_types(comm, hub_and_spokes):
 def test_unknown_message_type_on_the_receiver_is_a_codec_error(comm, hub_and_spokes):
     mb = hub_and_spokes()
     if comm.rank == 1:
+
         @codec.message(name="MailboxTestOnlyOnRank1")
         class OnlyHere:  # registered on this rank alone: the hub cannot decode it
             x: int = 0

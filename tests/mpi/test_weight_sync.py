@@ -38,9 +38,16 @@ def tiny_llama(dtype, seed=0):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     # Odd sizes on purpose: vocab 37 and MLP width 45 do not split evenly over 2 trainers.
-    cfg = LlamaConfig(vocab_size=37, hidden_size=24, intermediate_size=45, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
-                      tie_word_embeddings=False)
+    cfg = LlamaConfig(
+        vocab_size=37,
+        hidden_size=24,
+        intermediate_size=45,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(seed)
     return LlamaForCausalLM(cfg).to(dtype)
 
@@ -96,8 +103,9 @@ def test_one_trainer_two_generators(world):
         model = tiny_llama(torch.float32) if rank == 0 else None
         shards = local_shards(model) if rank == 0 else None
         need = Need() if rank in GENERATORS else None
-        ep = make_weight_transport("torch", world.comm, shards=shards, need=need,
-                                   group=world.weights, bucket_bytes=8192, pack_below=2048)
+        ep = make_weight_transport(
+            "torch", world.comm, shards=shards, need=need, group=world.weights, bucket_bytes=8192, pack_below=2048
+        )
         assert (ep is None) == (rank == 1)
         for version in (1, 2):
             if rank == 0:
@@ -118,12 +126,16 @@ def test_one_trainer_two_generators(world):
     run_everywhere(world, body)
 
 
-@pytest.mark.parametrize("kind,dtype,copy", [("torch", torch.float32, True),
-                                             ("torch", torch.bfloat16, False),
-                                             ("mpi", torch.float32, False),
-                                             ("mpi", torch.bfloat16, True)],
-                         ids=["torch-fp32-copy", "torch-bf16-nocopy", "mpi-fp32-nocopy",
-                              "mpi-bf16-copy"])
+@pytest.mark.parametrize(
+    "kind,dtype,copy",
+    [
+        ("torch", torch.float32, True),
+        ("torch", torch.bfloat16, False),
+        ("mpi", torch.float32, False),
+        ("mpi", torch.bfloat16, True),
+    ],
+    ids=["torch-fp32-copy", "torch-bf16-nocopy", "mpi-fp32-nocopy", "mpi-bf16-copy"],
+)
 def test_two_fsdp_trainers_two_generators(world, kind, dtype, copy):
     """FSDP2 shards on ranks 0-1 go straight to generators 2-3, across optimizer steps.
 
@@ -141,18 +153,23 @@ def test_two_fsdp_trainers_two_generators(world, kind, dtype, copy):
             opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
             rows = {s.name: s.tensor.shape[0] for s in local_shards(model)}
             assert rows["model.embed_tokens.weight"] == (19 if rank == 0 else 18)
-        ep = make_weight_transport(kind, world.comm,
-                                   shards=local_shards(model) if is_trainer else None,
-                                   need=None if is_trainer else Need(),
-                                   group=world.weights, bucket_bytes=4096, pack_below=1024,
-                                   copy=copy)
+        ep = make_weight_transport(
+            kind,
+            world.comm,
+            shards=local_shards(model) if is_trainer else None,
+            need=None if is_trainer else Need(),
+            group=world.weights,
+            bucket_bytes=4096,
+            pack_below=1024,
+            copy=copy,
+        )
         if is_trainer and not copy:
             ep.guard(opt)
         data = torch.randint(0, 37, (4, 12), generator=torch.Generator().manual_seed(3))
         for version in (1, 2, 3):
             if is_trainer:
                 if version > 1:  # one FSDP2 training step on this trainer's half of the batch
-                    x = data[2 * rank: 2 * rank + 2]
+                    x = data[2 * rank : 2 * rank + 2]
                     model(x, labels=x).loss.backward()
                     opt.step()
                     opt.zero_grad()
@@ -184,9 +201,15 @@ def test_tensor_parallel_generators(world):
         if not is_trainer:  # the split rules come from the model family, as data
             m = tiny_llama(torch.float32)
             need = tp_need(spec_for(m), m.named_parameters(), tp_rank=rank - 2, tp_size=2)
-        ep = make_weight_transport("torch", world.comm,
-                                   shards=local_shards(model) if is_trainer else None, need=need,
-                                   group=world.weights, bucket_bytes=2048, pack_below=512)
+        ep = make_weight_transport(
+            "torch",
+            world.comm,
+            shards=local_shards(model) if is_trainer else None,
+            need=need,
+            group=world.weights,
+            bucket_bytes=2048,
+            pack_below=512,
+        )
         if is_trainer:
             expected = full_state(model)
             ep.push(local_shards(model), 1)
@@ -221,9 +244,15 @@ def test_odd_shapes_without_fsdp(world, dtype):
             for k, v in full.items():
                 a, b = chunk_range(v.shape[0], 2, rank)
                 shards.append(LocalShard(k, v[a:b].clone(), tuple(v.shape), a))
-        ep = make_weight_transport("torch", world.comm, shards=shards,
-                                   need=None if rank in TRAINERS else Need(),
-                                   group=world.weights, bucket_bytes=64, pack_below=64)
+        ep = make_weight_transport(
+            "torch",
+            world.comm,
+            shards=shards,
+            need=None if rank in TRAINERS else Need(),
+            group=world.weights,
+            bucket_bytes=64,
+            pack_below=64,
+        )
         if rank in TRAINERS:
             ep.push(shards, 1)
             ep.wait()
@@ -245,9 +274,9 @@ def test_setup_errors_reach_every_rank(world):
         rank = world.rank
         shards = [LocalShard("w", torch.ones(4, 2), (8, 2), 4 * rank)] if rank in TRAINERS else None
         with pytest.raises(RuntimeError, match="not CUDA-aware") as info:
-            make_weight_transport("mpi", world.comm, shards=shards,
-                                  need=None if rank in TRAINERS else Need(),
-                                  device="cuda")
+            make_weight_transport(
+                "mpi", world.comm, shards=shards, need=None if rank in TRAINERS else Need(), device="cuda"
+            )
         assert "rank 2" in str(info.value) and "rank 3" in str(info.value)
 
     run_everywhere(world, body)

@@ -22,7 +22,7 @@ so no rank is left waiting in the exchange.
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 from mpi4py import MPI
@@ -30,17 +30,45 @@ from mpi4py import MPI
 from .endpoints import Channel, SyncStats, WeightReceiver, WeightSender
 from .mpi_buffers import MPIChannel, mpi_cuda_aware
 from .p2p import TorchChannel
-from .plan import (DEFAULT_BUCKET_BYTES, Bucket, LocalShard, Need, ShardMeta, TransferPlan,
-                   build_plan, default_pack_below)
+from .plan import (
+    DEFAULT_BUCKET_BYTES,
+    Bucket,
+    LocalShard,
+    Need,
+    ShardMeta,
+    TransferPlan,
+    build_plan,
+    default_pack_below,
+)
 
-__all__ = ["Bucket", "Channel", "LocalShard", "MPIChannel", "Need", "ShardMeta", "SyncStats",
-           "TorchChannel", "TransferPlan", "WeightReceiver", "WeightSender", "build_plan",
-           "gather_plan", "make_weight_transport", "mpi_cuda_aware"]
+__all__ = [
+    "Bucket",
+    "Channel",
+    "LocalShard",
+    "MPIChannel",
+    "Need",
+    "ShardMeta",
+    "SyncStats",
+    "TorchChannel",
+    "TransferPlan",
+    "WeightReceiver",
+    "WeightSender",
+    "build_plan",
+    "gather_plan",
+    "make_weight_transport",
+    "mpi_cuda_aware",
+]
 
 
-def gather_plan(comm: MPI.Comm, rank: int, *, shards: Iterable[LocalShard] | None = None,
-                need: Need | None = None, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-                pack_below: int | None = None) -> TransferPlan | None:
+def gather_plan(
+    comm: MPI.Comm,
+    rank: int,
+    *,
+    shards: Iterable[LocalShard] | None = None,
+    need: Need | None = None,
+    bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+    pack_below: int | None = None,
+) -> TransferPlan | None:
     """Exchange layout metadata once over ``comm`` (allgather, collective) and build the plan.
 
     ``rank`` is this rank's id in the channel's rank space. Trainers pass ``shards`` (only names,
@@ -64,8 +92,9 @@ def _exchange(comm, rank, shards, need, bucket_bytes, pack_below, err):
                     pack_below = default_pack_below(shards[0].tensor.device)
         except (TypeError, ValueError) as e:
             err = str(e)
-    everyone = comm.allgather((rank, metas, need, (bucket_bytes, pack_below),
-                               None if err is None else f"rank {comm.Get_rank()}: {err}"))
+    everyone = comm.allgather(
+        (rank, metas, need, (bucket_bytes, pack_below), None if err is None else f"rank {comm.Get_rank()}: {err}")
+    )
     errors = [e[4] for e in everyone if e[4] is not None]
     if errors:
         raise RuntimeError("cannot set up the weight sync: " + "; ".join(errors))
@@ -74,15 +103,21 @@ def _exchange(comm, rank, shards, need, bucket_bytes, pack_below, err):
     if not trainers or not needs:
         return None
     bb, pb = next(cfg for r, m, _, cfg, _ in sorted(everyone, key=lambda e: e[0]) if m is not None)
-    return build_plan(trainers, needs, bucket_bytes=bb,
-                      pack_below=default_pack_below("cpu") if pb is None else pb)
+    return build_plan(trainers, needs, bucket_bytes=bb, pack_below=default_pack_below("cpu") if pb is None else pb)
 
 
-def make_weight_transport(kind: str, comm: MPI.Comm, *, shards: Iterable[LocalShard] | None = None,
-                          need: Need | None = None, group=None,
-                          device: str | torch.device = "cpu",
-                          bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-                          pack_below: int | None = None, copy: bool = True):
+def make_weight_transport(
+    kind: str,
+    comm: MPI.Comm,
+    *,
+    shards: Iterable[LocalShard] | None = None,
+    need: Need | None = None,
+    group=None,
+    device: str | torch.device = "cpu",
+    bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+    pack_below: int | None = None,
+    copy: bool = True,
+):
     """A ``WeightSender`` (ranks with ``shards``), ``WeightReceiver`` (ranks with ``need``) or None.
 
     Collective over ``comm``. ``kind="torch"``: torch.distributed point-to-point over ``group``

@@ -13,13 +13,26 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable, Protocol
+from typing import Any, Protocol
 
 import torch
 
-from .plan import (Bucket, LocalShard, TransferPlan, box_shape, byte_view, dest_index, layout,
-                   pack, shard_slice, to_dtype, typed_view, unpack)
+from .plan import (
+    Bucket,
+    LocalShard,
+    TransferPlan,
+    box_shape,
+    byte_view,
+    dest_index,
+    layout,
+    pack,
+    shard_slice,
+    to_dtype,
+    typed_view,
+    unpack,
+)
 
 
 class Channel(Protocol):
@@ -34,6 +47,7 @@ class Channel(Protocol):
     def pollable(self, device: torch.device) -> bool:
         """False when ``test`` cannot see completion (gloo): the receiver then waits in a thread."""
         ...
+
     def check_device(self, device: torch.device) -> None:
         """Raise a clear error when this channel cannot move buffers on ``device``."""
         ...
@@ -93,11 +107,9 @@ class WeightSender:
         # Each trainer walks the generators from a different starting point, so that at any
         # moment the trainers feed different generators instead of queueing on the same one.
         turn = plan.trainers.index(self.rank)
-        self._dsts = [bk.dsts[turn % len(bk.dsts):] + bk.dsts[:turn % len(bk.dsts)]
-                      for bk in self._buckets]
+        self._dsts = [bk.dsts[turn % len(bk.dsts) :] + bk.dsts[: turn % len(bk.dsts)] for bk in self._buckets]
         self._inplace = [not copy and self._whole_rows(bk) for bk in self._buckets]
-        self._offs, self._total = layout(0 if inp else bk.nbytes
-                                         for bk, inp in zip(self._buckets, self._inplace))
+        self._offs, self._total = layout(0 if inp else bk.nbytes for bk, inp in zip(self._buckets, self._inplace))
         self._arena: torch.Tensor | None = None  # allocated at the first push, on the shards' device
         self._handles: list[Any] = []
         self._handle_dsts = [d for dsts in self._dsts for d in dsts]  # each send's peer, in order
@@ -119,12 +131,11 @@ class WeightSender:
                 s = by_name[pc.name]
                 flat = byte_view(shard_slice(s.tensor, s.offset, pc.box).contiguous())
             else:
-                flat = self._arena[off:off + bucket.nbytes]
+                flat = self._arena[off : off + bucket.nbytes]
                 pack(bucket, flat, by_name)  # pipelined: earlier buckets are on the wire meanwhile
             handles += [self.channel.isend(flat, dst, bucket.tag) for dst in dsts]
         self._handles, self._t0 = handles, t0
-        self.stats = SyncStats(version, self.plan.nbytes_from(self.rank), len(handles),
-                               post_s=time.perf_counter() - t0)
+        self.stats = SyncStats(version, self.plan.nbytes_from(self.rank), len(handles), post_s=time.perf_counter() - t0)
 
     def progress(self) -> bool:
         """Poll the sends without blocking (drives MPI progress); True when all are done.
@@ -149,6 +160,7 @@ class WeightSender:
 
         Returns the hook handle (``.remove()`` undoes it).
         """
+
         def wait_for_sends(*_):
             self.wait()
 
@@ -169,11 +181,11 @@ class WeightSender:
                 raise KeyError(f"push: no local shard for parameter {p.name}")
             want = self.plan.held[self.rank][p.name]
             got = (s.offset, s.offset + s.tensor.shape[0])
-            if (tuple(s.global_shape) != p.shape or s.tensor.dtype != to_dtype(p.dtype)
-                    or got != want):
+            if tuple(s.global_shape) != p.shape or s.tensor.dtype != to_dtype(p.dtype) or got != want:
                 raise ValueError(
                     f"push: {p.name} is rows {got} of {tuple(s.global_shape)} {s.tensor.dtype}, "
-                    f"the plan expects rows {want} of {p.shape} {p.dtype}")
+                    f"the plan expects rows {want} of {p.shape} {p.dtype}"
+                )
             devices.add(s.tensor.device)
         if len(devices) > 1:
             raise ValueError(f"push: local shards live on several devices {devices}")
@@ -200,15 +212,16 @@ class WeightReceiver:
         sizes = [torch.Size(s).numel() * p.itemsize for p, s in zip(specs, shapes)]
         offs, total = layout(sizes)
         self._arena = torch.empty(total, dtype=torch.uint8, device=self.device)
-        self._staging = {p.name: typed_view(self._arena, o, to_dtype(p.dtype), s)
-                         for p, o, s in zip(specs, offs, shapes)}
+        self._staging = {
+            p.name: typed_view(self._arena, o, to_dtype(p.dtype), s) for p, o, s in zip(specs, offs, shapes)
+        }
         # Single-piece buckets land in place (a piece is whole rows of the staging tensor);
         # multi-piece ones go through a flat buffer and are unpacked on arrival.
         buckets = plan.recvs(self.rank)
         packed = [bk for bk in buckets if len(bk.pieces) > 1]
         poffs, ptotal = layout(bk.nbytes for bk in packed)
         self._pack_arena = torch.empty(ptotal, dtype=torch.uint8, device=self.device)
-        pbuf = {id(bk): self._pack_arena[o:o + bk.nbytes] for bk, o in zip(packed, poffs)}
+        pbuf = {id(bk): self._pack_arena[o : o + bk.nbytes] for bk, o in zip(packed, poffs)}
         self._targets: list[tuple[Bucket, torch.Tensor, bool]] = []
         for bk in buckets:
             if id(bk) in pbuf:
@@ -242,8 +255,9 @@ class WeightReceiver:
         otherwise add a round trip per message.
         """
         if self.version is not None:
-            raise RuntimeError(f"start({version}) while version {self.version} is still being "
-                               "received: call finish() first")
+            raise RuntimeError(
+                f"start({version}) while version {self.version} is still being received: call finish() first"
+            )
         t0 = time.perf_counter()
         self.version, self._t0, self._t_in, self._done, self._error = version, t0, 0.0, 0, None
         self._all_in.clear()
@@ -251,8 +265,7 @@ class WeightReceiver:
         if not self._pollable:  # gloo: completion is only visible through a blocking wait
             self._thread = threading.Thread(target=self._wait_all, name="weight-recv", daemon=True)
             self._thread.start()
-        self.stats = SyncStats(version, self._nbytes, len(self._handles),
-                               post_s=time.perf_counter() - t0)
+        self.stats = SyncStats(version, self._nbytes, len(self._handles), post_s=time.perf_counter() - t0)
 
     def ready(self) -> bool:
         """True when every byte is in and unpacked; never blocks (MPI: also drives progress)."""
@@ -274,8 +287,9 @@ class WeightReceiver:
                 self._thread.join()
                 self._thread = None
                 if self._error is not None:
-                    raise RuntimeError(f"weight receive of version {self.version} failed: "
-                                       f"{self._error}") from self._error
+                    raise RuntimeError(
+                        f"weight receive of version {self.version} failed: {self._error}"
+                    ) from self._error
             else:
                 while self._done < len(self._handles):
                     self.channel.wait(self._handles[self._done])

@@ -77,14 +77,16 @@ class MPIChannel:
             raise RuntimeError(f"the MPI weight transport moves CPU or CUDA buffers, not {device}")
         aware = mpi_cuda_aware()
         if not aware:
-            why = ("says it is not (MPIX_Query_cuda_support() = 0)" if aware is False
-                   else "cannot be asked whether it is")
+            why = (
+                "says it is not (MPIX_Query_cuda_support() = 0)" if aware is False else "cannot be asked whether it is"
+            )
             raise RuntimeError(
                 f"weight transport 'mpi' was asked for with CUDA tensors, but this MPI "
                 f"({MPI.Get_library_version().split(',')[0].strip()}) is not CUDA-aware: it "
                 f"{why}. Use the 'torch' transport (NCCL), run with a CUDA-aware MPI (e.g. Open "
                 f"MPI built --with-cuda or with UCX/CUDA), or set {_CUDA_ENV}=1 if you know "
-                f"it is.")
+                f"it is."
+            )
 
     @staticmethod
     def _mem(buf: torch.Tensor):

@@ -16,8 +16,9 @@ import torch.distributed as dist
 class TorchChannel:
     def __init__(self, group: dist.ProcessGroup | None = None):
         if not dist.is_initialized():
-            raise RuntimeError("torch.distributed is not initialized: call "
-                               "transports.torch_dist.init_torch_distributed() first")
+            raise RuntimeError(
+                "torch.distributed is not initialized: call transports.torch_dist.init_torch_distributed() first"
+            )
         self.group = group
         self.rank = dist.get_rank()
 
@@ -55,8 +56,10 @@ class TorchChannel:
     def check_device(self, device: torch.device) -> None:
         backend = str(dist.get_backend(self.group))
         if device.type == "cuda" and "nccl" not in backend:
-            raise RuntimeError(f"weights on {device} need an NCCL process group; this one is "
-                               f"{backend!r} (init_torch_distributed(backend='nccl'))")
+            raise RuntimeError(
+                f"weights on {device} need an NCCL process group; this one is "
+                f"{backend!r} (init_torch_distributed(backend='nccl'))"
+            )
         if device.type == "cpu" and "gloo" not in backend:
             raise RuntimeError(f"weights on CPU need a gloo process group; this one is {backend!r}")
 

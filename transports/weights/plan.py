@@ -20,8 +20,9 @@ The plan knows no model family: which dims tensor parallelism splits comes in as
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 import torch
 
@@ -59,7 +60,7 @@ class ShardMeta:
     stop: int  # one past the last row held
 
     @staticmethod
-    def of(shard: LocalShard) -> "ShardMeta":
+    def of(shard: LocalShard) -> ShardMeta:
         name, t, shape, offset = shard
         shape = tuple(int(s) for s in shape)
         if len(shape) == 0:
@@ -89,8 +90,7 @@ class Need:
             raise ValueError(f"tp_rank {self.tp_rank} is not a rank of tp_size {self.tp_size}")
         # Without split dims every tensor-parallel rank would silently get the whole model.
         if self.tp_size > 1 and not self.split_dims:
-            raise ValueError(f"tp_size {self.tp_size} needs split_dims: which dim of which "
-                             f"parameter is split")
+            raise ValueError(f"tp_size {self.tp_size} needs split_dims: which dim of which parameter is split")
         object.__setattr__(self, "split_dims", tuple((str(n), int(d)) for n, d in self.split_dims))
         object.__setattr__(self, "_dims", dict(self.split_dims))
 
@@ -107,7 +107,7 @@ class Need:
         if not 0 <= dim < len(shape):
             raise ValueError(f"{name}: split dim {dim} of a {len(shape)}-d parameter")
         a, b = chunk_range(shape[dim], self.tp_size, self.tp_rank)
-        return full[:dim] + ((a, b),) + full[dim + 1:]
+        return full[:dim] + ((a, b),) + full[dim + 1 :]
 
 
 @dataclass(frozen=True)
@@ -213,8 +213,7 @@ def build_plan(
                 items += [(p, box, tuple(ds)) for box, ds in by_box.items()]
         buckets += _fill_buckets(t, items, bucket_bytes, pack_below)
     buckets.sort(key=lambda bk: (bk.tag, bk.src))
-    return TransferPlan(params, trainers, generators, held, need_boxes, tuple(buckets),
-                        bucket_bytes, pack_below)
+    return TransferPlan(params, trainers, generators, held, need_boxes, tuple(buckets), bucket_bytes, pack_below)
 
 
 def _params(shards: dict[int, list[ShardMeta]]) -> tuple[ParamSpec, ...]:
@@ -224,8 +223,7 @@ def _params(shards: dict[int, list[ShardMeta]]) -> tuple[ParamSpec, ...]:
     for t, metas in shards.items():
         mine = [ParamSpec(m.name, tuple(m.shape), m.dtype) for m in metas]
         if mine != ref:
-            diff = next((f"{a} vs {b}" for a, b in zip(ref, mine) if a != b),
-                        f"{len(ref)} vs {len(mine)} parameters")
+            diff = next((f"{a} vs {b}" for a, b in zip(ref, mine) if a != b), f"{len(ref)} vs {len(mine)} parameters")
             raise ValueError(f"trainer {t} disagrees with trainer {ref_rank} on the parameters: {diff}")
     if len({p.name for p in ref}) != len(ref):
         raise ValueError("duplicate parameter names in the trainer layout")
@@ -271,8 +269,7 @@ def _fill_buckets(src: int, items, bucket_bytes: int, pack_below: int) -> list[B
             step = max(1, bucket_bytes // row_bytes)
             for a in range(box[0][0], box[0][1], step):
                 b = min(a + step, box[0][1])
-                emit(dsts, [Piece(p.name, ((a, b),) + box[1:], 0, (b - a) * row_bytes)],
-                     (b - a) * row_bytes)
+                emit(dsts, [Piece(p.name, ((a, b),) + box[1:], 0, (b - a) * row_bytes)], (b - a) * row_bytes)
             continue
         off = _align(size.get(dsts, 0))
         if dsts in open_ and off + nbytes > bucket_bytes:
@@ -286,6 +283,7 @@ def _fill_buckets(src: int, items, bucket_bytes: int, pack_below: int) -> list[B
 
 
 # ---- helpers shared by both transports and the tests ------------------------------------
+
 
 def chunk_range(n: int, parts: int, i: int) -> tuple[int, int]:
     """Rows [start, stop) of chunk ``i`` when ``n`` rows are cut like ``torch.chunk`` (FSDP2's rule)."""
@@ -325,7 +323,7 @@ def layout(buf_nbytes: Iterable[int]) -> tuple[list[int], int]:
 def typed_view(flat: torch.Tensor, offset: int, dtype: torch.dtype, shape) -> torch.Tensor:
     """A ``dtype`` tensor of ``shape`` over bytes ``flat[offset:]`` (flat is uint8, 1-d)."""
     n = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-    return flat[offset:offset + n].view(dtype).view(shape)
+    return flat[offset : offset + n].view(dtype).view(shape)
 
 
 def byte_view(t: torch.Tensor) -> torch.Tensor:
@@ -343,17 +341,14 @@ def pack(bucket: Bucket, flat: torch.Tensor, shards: dict[str, LocalShard]) -> N
     """Copy the pieces of ``bucket`` from the trainer's local shards into ``flat`` (uint8)."""
     for pc in bucket.pieces:
         s = shards[pc.name]
-        typed_view(flat, pc.offset, s.tensor.dtype, box_shape(pc.box)).copy_(
-            shard_slice(s.tensor, s.offset, pc.box))
+        typed_view(flat, pc.offset, s.tensor.dtype, box_shape(pc.box)).copy_(shard_slice(s.tensor, s.offset, pc.box))
 
 
-def unpack(bucket: Bucket, flat: torch.Tensor, staging: dict[str, torch.Tensor],
-           need: dict[str, Box]) -> None:
+def unpack(bucket: Bucket, flat: torch.Tensor, staging: dict[str, torch.Tensor], need: dict[str, Box]) -> None:
     """Copy the pieces of ``bucket`` from ``flat`` into the generator's staging tensors."""
     for pc in bucket.pieces:
         dst = staging[pc.name]
-        dst[dest_index(pc, need[pc.name])].copy_(
-            typed_view(flat, pc.offset, dst.dtype, box_shape(pc.box)))
+        dst[dest_index(pc, need[pc.name])].copy_(typed_view(flat, pc.offset, dst.dtype, box_shape(pc.box)))
 
 
 def dest_index(pc: Piece, need_box: Box) -> tuple[slice, ...]:
