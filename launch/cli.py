@@ -93,7 +93,64 @@ def cmd_run(args) -> int:
         added = [f"{k}={v}" for k, v in env.items() if os.environ.get(k) != v]
         print(" ".join(added + [shlex.quote(c) for c in cmd]))
         return 0
-    return subprocess.call(cmd, env=env)
+    from launch.restarts import describe_failure, steps_reached
+    from runtime.preemption import EXIT_RESUMABLE
+
+    if args.restarts and cfg.run.resume == "never":
+        print("mpirl: warning: run.resume is never, so each restart starts the run afresh", file=sys.stderr)
+    attempt = 0
+    while True:
+        code, tail, signalled = run_forwarding_signals(cmd, env)
+        if code in (0, config.EXIT_CONFIG, EXIT_RESUMABLE) or signalled or attempt >= args.restarts:
+            return code
+        attempt += 1
+        print(
+            f"mpirl: restart {attempt} of {args.restarts}: the job exited with {code}: "
+            f"{describe_failure(tail, cfg.world.roles_by_rank())}; {steps_reached(cfg.run.out)} steps "
+            f"were logged; relaunching from the newest checkpoint",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
+def run_forwarding_signals(cmd: list[str], env: dict) -> tuple[int, str, bool]:
+    """Run ``mpiexec`` and turn a stop signal into one every rank can act on.
+
+    Open MPI's ``mpirun`` (PRRTE) forwards SIGTERM and SIGINT to the ranks but kills them a
+    fraction of a second later: no time to finish a step and checkpoint. It forwards SIGUSR1 and
+    leaves the job running, and the ranks treat SIGUSR1 like SIGTERM (``runtime.preemption``).
+    So the first SIGTERM, SIGINT or SIGUSR1 here becomes a SIGUSR1 to ``mpiexec``; a second one
+    a SIGTERM, which ends the job at once. ``mpiexec`` runs in its own session, so Ctrl-C at the
+    terminal reaches only this process. Returns the exit code, the end of the job's error output
+    (passed through as it comes) and whether a signal stopped it.
+    """
+    import signal
+    import threading
+
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stderr=subprocess.PIPE)
+    tail = bytearray()
+
+    def pump():  # the job's stderr goes on to ours as it comes; its end is kept for the log
+        while chunk := os.read(proc.stderr.fileno(), 65536):
+            sys.stderr.buffer.write(chunk)
+            sys.stderr.flush()
+            tail.extend(chunk)
+            del tail[:-65536]
+
+    pumping = threading.Thread(target=pump, daemon=True)
+    pumping.start()
+    signals_seen = 0
+
+    def forward(signum, frame):
+        nonlocal signals_seen
+        signals_seen += 1
+        proc.send_signal(signal.SIGUSR1 if signals_seen == 1 else signal.SIGTERM)
+
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(s, forward)
+    code = proc.wait()
+    pumping.join(timeout=10)
+    return code, tail.decode(errors="replace"), signals_seen > 0
 
 
 def cmd_trace(args) -> int:
@@ -109,6 +166,21 @@ def cmd_advise(args) -> int:
     from launch.advise import advise_from_run
 
     print(advise_from_run(Path(args.run_dir), total_ranks=args.ranks))
+    return 0
+
+
+def cmd_export(args) -> int:
+    from roles.checkpoint import LATEST, export_hf
+
+    path = Path(args.checkpoint)
+    if (path / LATEST).is_file():  # a checkpoint folder: its newest
+        path = path / (path / LATEST).read_text().strip()
+    try:
+        out = export_hf(path, args.out)
+    except FileNotFoundError as e:
+        print(f"mpirl: {e}", file=sys.stderr)
+        return config.EXIT_CONFIG
+    print(f"{path} -> {out} (a Hugging Face model folder)")
     return 0
 
 
@@ -128,6 +200,13 @@ def main(argv: list[str] | None = None) -> None:
     p = sub.add_parser("run", help="run a role map under mpiexec with the right number of ranks")
     p.add_argument("config")
     p.add_argument("--dry-run", action="store_true", help="print the mpiexec command instead of running it")
+    p.add_argument(
+        "--restarts",
+        type=int,
+        default=0,
+        metavar="N",
+        help="relaunch a job that failed, from its newest checkpoint (run.resume: auto), up to N times",
+    )
     p.set_defaults(fn=cmd_run)
 
     p = sub.add_parser("trace", help="write a Perfetto/Chrome trace and a PNG timeline of a run")
@@ -138,6 +217,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("run_dir")
     p.add_argument("--ranks", type=int, default=None, help="total compute ranks to split (default: the run's)")
     p.set_defaults(fn=cmd_advise)
+
+    p = sub.add_parser("export", help="write a checkpoint's policy as a Hugging Face model folder")
+    p.add_argument("checkpoint", help="a checkpoint (step-NNNNNNNN), or a checkpoint folder: its newest")
+    p.add_argument("out", help="the folder to write (safetensors, config, tokenizer)")
+    p.set_defaults(fn=cmd_export)
 
     args = parser.parse_args(argv)
     sys.exit(args.fn(args))

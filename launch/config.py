@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from roles.config.checkpoint import CheckpointConfig
 from roles.config.controller import ControllerConfig
 from roles.config.evaluation import EvalConfig
 from roles.config.reward import RewardConfig
@@ -27,6 +28,7 @@ from roles.tasks import task_section
 from roles.weights import WeightsConfig
 
 if TYPE_CHECKING:
+    from roles.checkpoint import CheckpointPlan
     from roles.protocol import Routes, Schedule
 
 # Ranks are handed out in this order; a role with 0 ranks takes none.
@@ -137,6 +139,7 @@ class RoleMap(Section):
     reward: RewardConfig = RewardConfig()
     eval: EvalConfig = EvalConfig()
     weights: WeightsConfig = WeightsConfig()
+    checkpoint: CheckpointConfig = CheckpointConfig()
     run: ControllerConfig
 
     _task = field_validator("task", mode="before")(lambda cls, v: task_section(v))
@@ -209,6 +212,10 @@ class RoleMap(Section):
 
     # What the actors receive besides their own section: derived here, in one place.
 
+    def checkpoint_dir(self) -> Path:
+        """Where this run's checkpoints go: ``checkpoint.dir``, else ``<run.out>/checkpoints``."""
+        return Path(self.checkpoint.dir) if self.checkpoint.dir else Path(self.run.out) / "checkpoints"
+
     # roles.protocol is imported here, not at the top: it brings torch (the codec) and MPI.
 
     def routes(self) -> Routes:
@@ -217,11 +224,18 @@ class RoleMap(Section):
 
         return Routes.of(self.world.counts())
 
-    def schedule(self) -> Schedule:
-        """Which version samples each step, and which versions the trainers push."""
+    def schedule(self, resumed_at: int = 0) -> Schedule:
+        """Which version samples each step, which versions the trainers push, when to checkpoint."""
         from roles.protocol import Schedule
 
-        return Schedule.of(self.run, self.eval)
+        return Schedule.of(self.run, self.eval, self.checkpoint, resumed_at)
+
+    def checkpoints(self) -> CheckpointPlan:
+        """Where and how this run writes its checkpoints (``roles.checkpoint``)."""
+        from roles.checkpoint import CheckpointPlan
+
+        text = yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
+        return CheckpointPlan(str(self.checkpoint_dir()), self.checkpoint.keep_last, text)
 
     def generator_batch_prompts(self) -> int:
         from roles.protocol import batch_prompts

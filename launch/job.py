@@ -26,7 +26,7 @@ import torch
 from mpi4py import MPI
 
 from launch.config import RoleMap
-from runtime import Mailbox, RoleTable, abort_on_error
+from runtime import PREEMPTION, Mailbox, RoleTable, abort_on_error
 
 
 @dataclass
@@ -57,30 +57,39 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def run_rank(cfg: RoleMap, config_path: str, data=None) -> None:
-    """``data``: the controller's ``PreparedData`` (rank 0 prepared it before anything else)."""
+def run_rank(cfg: RoleMap, config_path: str, data=None, resume=None) -> str | None:
+    """``data``: the controller's ``PreparedData`` (rank 0 prepared it before anything else);
+    ``resume``: the checkpoint to continue from (``launch.resume``), or None. Returns why the
+    actor stopped ("finished", or ``runtime.PREEMPTED``)."""
     world = MPI.COMM_WORLD
     roles = cfg.world.roles_by_rank()
     role = roles[world.Get_rank()]
+    PREEMPTION.install()  # SIGTERM/SIGUSR1/SIGINT: checkpoint after the step in progress
     with abort_on_error(role):
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
         dist = setup_distributed(world, roles, cfg.routes().train_role)
         seed_everything(cfg.run.seed + 1000 * dist.role_table.rank)
-        actor = build_actor(cfg, dist, data)
+        if resume is not None:
+            from roles.checkpoint import load_rng
+
+            load_rng(resume.path, dist.role_table.rank)  # a rank the checkpoint did not have keeps its seed
+        actor = build_actor(cfg, dist, data, resume)
         t0 = time.perf_counter()
         actor.run()
         actor.spans.write(cfg.run.out)
         if dist.role_table.rank == 0:
             print(f"mpirl: {role} finished ({actor.stop_reason}) in {time.perf_counter() - t0:.1f} s", flush=True)
     # Every rank returns here; mpi4py finalizes MPI at interpreter exit.
+    return actor.stop_reason
 
 
-def build_actor(cfg: RoleMap, dist: Distributed, data=None):
+def build_actor(cfg: RoleMap, dist: Distributed, data=None, resume=None):
     """Steps 4-6 above."""
     from roles.weights import build_weight_transport
 
     table = dist.role_table
-    routes, schedule = cfg.routes(), cfg.schedule()
+    routes = cfg.routes()
+    schedule = cfg.schedule(resumed_at=resume.steps_done if resume is not None else 0)
     policy = None
     if table.role == routes.train_role:
         from roles.policy import load_policy
@@ -101,7 +110,7 @@ def build_actor(cfg: RoleMap, dist: Distributed, data=None):
     build = _BUILDERS.get(table.role)
     if build is None:
         raise ValueError(f"unknown role {table.role!r}")
-    return build(cfg, dist, routes, schedule, policy, transport, data)
+    return build(cfg, dist, routes, schedule, policy, transport, data, resume)
 
 
 def _generator_need():
@@ -110,7 +119,7 @@ def _generator_need():
     return Need()  # full weights: a vLLM engine splits them over its own devices itself
 
 
-def _controller(cfg, dist, routes, schedule, policy, transport, data):
+def _controller(cfg, dist, routes, schedule, policy, transport, data, resume):
     from launch.data import prepare_data
     from roles.controller import ControllerActor
 
@@ -126,11 +135,14 @@ def _controller(cfg, dist, routes, schedule, policy, transport, data):
         rollout=cfg.rollout,
         evaluation=cfg.eval,
         routes=routes,
+        schedule=schedule,
         prompts=data.train_prompts,
         eval_prompts=data.eval_prompts,
         data_stats=data.stats,
         batch_prompts=cfg.world.generator.batch_prompts,
         progress=progress,
+        checkpoints=cfg.checkpoints(),  # every_steps 0: only on a stop signal
+        resume=resume,
     )
 
 
@@ -146,15 +158,24 @@ def _engine(cfg, dist, module=None):
     )
 
 
-def _generator(cfg, dist, routes, schedule, policy, transport, data):
+def _generator(cfg, dist, routes, schedule, policy, transport, data, resume):
     from roles.generator import GeneratorActor
 
+    # After a resume the engine's weights are placeholders, one version short of the trainers'
+    # first push, which no batch may do without (Schedule.min_version).
+    version = max(schedule.resumed_at - 1, 0)
     return GeneratorActor(
-        dist.mailbox, cfg.rollout, schedule=schedule, routes=routes, engine=_engine(cfg, dist), receiver=transport
+        dist.mailbox,
+        cfg.rollout,
+        schedule=schedule,
+        routes=routes,
+        engine=_engine(cfg, dist),
+        receiver=transport,
+        version=version,
     )
 
 
-def _reward(cfg, dist, routes, schedule, policy, transport, data):
+def _reward(cfg, dist, routes, schedule, policy, transport, data, resume):
     from transformers import AutoTokenizer
 
     from roles.reward import RewardActor
@@ -167,7 +188,7 @@ def _reward(cfg, dist, routes, schedule, policy, transport, data):
     return RewardActor(dist.mailbox, routes, AutoTokenizer.from_pretrained(cfg.model.path), task, scorer)
 
 
-def _training_args(cfg, dist, routes, schedule, policy) -> dict:
+def _training_args(cfg, dist, routes, schedule, policy, resume) -> dict:
     """What trainer and colocated ranks share: their sections, the policy, its group, its save."""
     save_dir, is_leader = os.path.join(cfg.run.out, "policy"), dist.role_table.index == 0
     return dict(
@@ -177,18 +198,20 @@ def _training_args(cfg, dist, routes, schedule, policy) -> dict:
         policy=policy,
         dp_group=dist.train_group,
         on_finish=lambda actor: policy.save(save_dir, is_leader=is_leader),
+        checkpoints=cfg.checkpoints(),  # every_steps 0: only on a stop signal
+        resume=resume,
     )
 
 
-def _trainer(cfg, dist, routes, schedule, policy, transport, data):
+def _trainer(cfg, dist, routes, schedule, policy, transport, data, resume):
     from roles.trainer import TrainerActor
 
     return TrainerActor(
-        dist.mailbox, cfg.algorithm, sender=transport, **_training_args(cfg, dist, routes, schedule, policy)
+        dist.mailbox, cfg.algorithm, sender=transport, **_training_args(cfg, dist, routes, schedule, policy, resume)
     )
 
 
-def _colocated(cfg, dist, routes, schedule, policy, transport, data):
+def _colocated(cfg, dist, routes, schedule, policy, transport, data, resume):
     from roles.colocated import ColocatedActor, LocalEngineSync
 
     # The torch engine samples with the trained module itself; vLLM needs a reload.
@@ -199,7 +222,7 @@ def _colocated(cfg, dist, routes, schedule, policy, transport, data):
         cfg.algorithm,
         engine=engine,
         weight_sync=sync,
-        **_training_args(cfg, dist, routes, schedule, policy),
+        **_training_args(cfg, dist, routes, schedule, policy, resume),
     )
 
 

@@ -42,13 +42,18 @@ def main(argv: list[str] | None = None) -> None:
 
     # The data next, on rank 0 only (it feeds the prompts); its verdict reaches every rank
     # before any of them starts collective work, so a bad file stops all of them alike.
-    data, problem = None, None
+    # The checkpoint to resume from is found (and checked against the role map) the same way.
+    data, resume, problem = None, None, None
     if world.Get_rank() == 0:
         from launch.data import prepare_data
+        from launch.resume import find_resume
 
         try:
             data = prepare_data(cfg)
             print(f"mpirl: {data.describe(cfg.task.name)}", flush=True)
+            resume = find_resume(cfg)
+            if resume is not None:
+                print(f"mpirl: resuming from {resume.path} ({resume.steps_done} steps done)", flush=True)
         except config.ConfigError as e:
             problem = (EXIT_CONFIG, str(e))
         except Exception:  # noqa: BLE001 - a crash here must still release the other ranks
@@ -56,7 +61,7 @@ def main(argv: list[str] | None = None) -> None:
 
             traceback.print_exc()
             problem = (1, "preparing the data failed (traceback above)")
-    problem = world.bcast(problem, root=0)
+    problem, resume = world.bcast((problem, resume), root=0)
     if problem is not None:
         code, message = problem
         if code == EXIT_CONFIG:
@@ -66,5 +71,15 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(code)
 
     from launch.job import run_rank
+    from runtime.preemption import EXIT_RESUMABLE, exit_code_of
 
-    run_rank(cfg, args.config, data)
+    code = exit_code_of(run_rank(cfg, args.config, data, resume))
+    if code == EXIT_RESUMABLE:
+        # A generator may hold a weight receive posted for a version the stopped trainers will
+        # never send (gloo cannot cancel one). Python's finalization would tear its waiting
+        # thread down mid-wait, which aborts the process: leave without it, MPI finalized.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        MPI.Finalize()
+        os._exit(code)
+    sys.exit(code)

@@ -56,6 +56,8 @@ class ColocatedActor(TrainerActor):
         weight_sync,
         dp_group=None,
         on_finish=None,
+        checkpoints=None,
+        resume=None,
     ):
         super().__init__(
             mailbox,
@@ -68,6 +70,8 @@ class ColocatedActor(TrainerActor):
             dp_group=dp_group,
             on_finish=on_finish,
             allreduce_grads=True,
+            checkpoints=checkpoints,
+            resume=resume,
         )
         self.rollout = rollout
         self.engine = engine

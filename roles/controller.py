@@ -23,9 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
-from roles import protocol
+from roles import checkpoint, protocol
+from roles.checkpoint import CheckpointPlan, Resume
 from roles.config.controller import ControllerConfig
 from roles.evaluation import EvalConfig, EvalRound
+from roles.prompt_stream import PromptStream
 from roles.protocol import (
     EVAL_GREEDY,
     EVAL_SAMPLED,
@@ -34,11 +36,13 @@ from roles.protocol import (
     PromptBatch,
     RolloutConfig,
     Routes,
+    SaveState,
     Schedule,
     Scored,
+    StateSaved,
     StepDone,
 )
-from runtime import Actor, Envelope, handles
+from runtime import PREEMPTED, Actor, Envelope, handles
 
 
 class ControllerActor(Actor):
@@ -52,29 +56,31 @@ class ControllerActor(Actor):
         rollout: RolloutConfig,
         evaluation: EvalConfig,
         routes: Routes,
+        schedule: Schedule,
         prompts: dict[int, np.ndarray],
         eval_prompts: dict[int, np.ndarray] | None = None,
         data_stats: dict | None = None,
         batch_prompts: int = 0,
         progress=None,
+        checkpoints: CheckpointPlan | None = None,
+        resume: Resume | None = None,
     ):
         """``prompts`` maps each training example's id to its prompt token ids; ``eval_prompts``
         the same for the examples an eval round sends (in order). ``data_stats``: counts of
         the data as prepared (examples, prompts left out for length), logged with each step.
-        ``batch_prompts``: prompts per generation batch (0: an equal share of a step per generator)."""
+        ``batch_prompts``: prompts per generation batch (0: an equal share of a step per generator).
+        ``checkpoints``: where checkpoints go (``schedule`` says when); ``resume``: the checkpoint
+        this run continues from (its steps, data position and counters; metrics past it dropped)."""
         super().__init__(mailbox)
         self.config = config
         self.rollout = rollout
         self.evaluation = evaluation
         self.routes = routes
-        self.schedule = Schedule.of(config, evaluation)
+        self.schedule = schedule
         self.prompts = prompts
-        self.prompt_keys = sorted(prompts)
+        self.stream = PromptStream(prompts, config.seed)
         self.eval_prompts = eval_prompts or {}
         self.data_stats = dict(data_stats or {})
-        self.rng = np.random.default_rng(config.seed)
-        self.order = self._epoch_order()
-        self.cursor = 0  # position in the current epoch's order (part of the data position)
         self.trainer_version = 0
         self.next_step_to_send = 0
         self.next_batch_id = 0
@@ -85,23 +91,97 @@ class ControllerActor(Actor):
         self.components = collections.defaultdict(collections.Counter)  # per step: label -> sum
         self.out = Path(config.out)
         self.out.mkdir(parents=True, exist_ok=True)
-        self.metrics_file = open(self.out / "metrics.jsonl", "w")
-        self.t_start = time.perf_counter()
-        self.t_last_step = self.t_start
         self.progress = progress
         self.history: list[dict] = []
         self.last_pushed = 0  # newest weight version the trainer has sent to generators
-        self.eval_file = open(self.out / "eval.jsonl", "w") if evaluation.enabled else None
         self.eval_rounds: dict[int, EvalRound] = {}  # in flight
         self.evals: list[dict] = []  # finished rounds' records
         self.next_eval_round = 0
         self.next_eval_group = 0
         self.finishing = False  # the last step is done; waiting for the final eval
+        self.checkpoints = checkpoints
+        self._positions: dict[int, dict] = {}  # step -> data position just before it was sent
+        self._saving: dict | None = None  # the checkpoint being completed: steps, ranks to hear from
+        self._finish_after_save = False
+        self._stop_reason = "finished"  # or PREEMPTED: the trainers checkpointed on a signal
         if evaluation.enabled and not self.eval_prompts:
             raise ValueError("eval is set but there are no eval prompts (the task's eval split is empty)")
-        if evaluation.before_training:
+        elapsed_before = self._resume(resume) if resume is not None else 0.0
+        mode = "a" if resume is not None else "w"
+        self.metrics_file = open(self.out / "metrics.jsonl", mode)
+        self.eval_file = open(self.out / "eval.jsonl", mode) if evaluation.enabled else None
+        self.t_start = time.perf_counter() - elapsed_before  # elapsed_s continues over a resume
+        self.t_last_step = time.perf_counter()
+        if checkpoints is not None:
+            checkpoint.remove_partials(checkpoints.root)  # left by a save that never finished
+        if self.trainer_version >= self.schedule.steps:  # resumed from the run's last checkpoint
+            self._finish()
+            return
+        if evaluation.before_training and self.trainer_version == 0:
             self._start_eval(version=0)  # first, so the generators sample it with version 0
+        elif resume is not None and self._eval_due(self.trainer_version):
+            self._start_eval(version=self.trainer_version)  # it was in flight when the run stopped
         self._fill()
+
+    # ---------------------------------------------------------------- checkpoints
+
+    def on_preempt(self) -> None:
+        protocol.request_preemption(self.mailbox, self.routes)
+
+    def _position(self) -> dict:
+        return {"stream": self.stream.position(), "next_batch_id": self.next_batch_id}
+
+    def _resume(self, resume: Resume) -> float:
+        """Continue from ``resume``: counters and data position as of its last trained step;
+        metrics and eval lines past it dropped. Returns the run's elapsed seconds at that step."""
+        state = resume.controller_state()
+        steps = resume.steps_done
+        self.stream.restore(state["position"]["stream"])
+        self.next_batch_id = state["position"]["next_batch_id"]
+        self.next_eval_group = state["next_eval_group"]
+        self.trainer_version = self.next_step_to_send = steps
+        # The trainers push the checkpoint's version first (if it is pushed at all).
+        self.last_pushed = min(steps, self.schedule.last_pushed_version)
+        self.history = checkpoint.keep_jsonl(self.out / "metrics.jsonl", lambda r: r["step"] < steps)
+        if self.evaluation.enabled:
+            self.evals = checkpoint.keep_jsonl(self.out / "eval.jsonl", lambda r: r["policy_version"] <= steps)
+            self.next_eval_round = len(self.evals)
+        return self.history[-1]["elapsed_s"] if self.history else 0.0
+
+    def _eval_due(self, version: int) -> bool:
+        every = self.evaluation.every_steps
+        done = {e["policy_version"] for e in self.evals}
+        return bool(every) and version % every == 0 and version not in done
+
+    def _begin_checkpoint(self, steps: int) -> None:
+        """The trainers have written their part (before StepDone); write ours, ask the rest."""
+        position = self._positions.get(steps) or self._position()  # not yet sent: as it is now
+        self._positions = {s: p for s, p in self._positions.items() if s > steps}
+        state = {"position": position, "next_eval_group": self.next_eval_group}
+        path = self.checkpoints.write_controller_part(steps, state)
+        asked = 0
+        for role in ([] if self.routes.colocated else [self.routes.generate_role]) + ["reward"]:
+            self.mailbox.send_role(role, SaveState(steps_done=steps, path=str(path)))
+            asked += self.routes.generators if role != "reward" else self.routes.rewards
+        self._saving = {"steps": steps, "waiting": asked}
+        if asked == 0:
+            self._end_checkpoint()
+
+    @handles(StateSaved)
+    def on_state_saved(self, env: Envelope) -> None:
+        if self._saving is None or env.msg.steps_done != self._saving["steps"]:
+            raise RuntimeError(f"{env.sender} saved checkpoint {env.msg.steps_done}, which is not being written")
+        self._saving["waiting"] -= 1
+        if self._saving["waiting"] == 0:
+            self._end_checkpoint()
+
+    def _end_checkpoint(self) -> None:
+        final = self.checkpoints.finalize(self._saving["steps"])
+        self._saving = None
+        if self.progress is not None:
+            self.progress.write(f"checkpoint: {final}")
+        if self._finish_after_save:
+            self._finish()
 
     def step(self) -> bool:
         # Watchdog: a job that makes no progress must end, not sit on the allocation.
@@ -112,28 +192,17 @@ class ControllerActor(Actor):
             )
         return False
 
-    def _epoch_order(self) -> np.ndarray:
-        return self.rng.permutation(len(self.prompts))
-
-    def _take(self, n: int) -> list[int]:
-        ids = []
-        while len(ids) < n:
-            if self.cursor == len(self.order):
-                self.order, self.cursor = self._epoch_order(), 0
-            take = min(n - len(ids), len(self.order) - self.cursor)
-            ids.extend(self.prompt_keys[i] for i in self.order[self.cursor : self.cursor + take])
-            self.cursor += take
-        return ids
-
     def _fill(self) -> None:
         """Send every step whose required policy version already exists (the staleness gate)."""
         while self.schedule.can_send(self.next_step_to_send, self.trainer_version):
+            if self.checkpoints is not None:
+                self._positions[self.next_step_to_send] = self._position()
             self._send_step(self.next_step_to_send)
             self.next_step_to_send += 1
 
     def _send_step(self, step: int) -> None:
         P = self.rollout.prompts_per_step
-        ids = self._take(P)
+        ids = self.stream.take(P)
         for start in range(0, P, self.batch_prompts):
             chunk = ids[start : start + self.batch_prompts]
             self._send_batch(
@@ -261,6 +330,7 @@ class ControllerActor(Actor):
             "step_s": now - self.t_last_step,
             "busy": self._busy_fractions(gen, scored, m.metrics, now - self.t_last_step),
             "elapsed_s": now - self.t_start,
+            "checkpoint_save_s": m.metrics.get("checkpoint_save_s"),
             "trainer": m.metrics,
         }
         self.t_last_step = now
@@ -270,6 +340,15 @@ class ControllerActor(Actor):
         if self.progress is not None:
             self.progress.update(1)
             self.progress.set_postfix(reward=f"{record['reward_mean']:.3f}", v=m.version)
+        preempted = bool(m.metrics.get("preempted"))
+        if self.checkpoints is not None and (preempted or self.schedule.checkpoint_due(m.step + 1)):
+            self._begin_checkpoint(m.step + 1)
+        if preempted and m.step + 1 < self.schedule.steps:
+            if self.progress is not None:
+                self.progress.write(f"preempted: stopping after step {m.step} with a checkpoint")
+            self._stop_reason = PREEMPTED
+            self._finish()
+            return
         if m.step + 1 >= self.schedule.steps:
             if self.evaluation.enabled:
                 self._start_eval(version=m.version)  # the final policy (trainers pushed it)
@@ -277,17 +356,19 @@ class ControllerActor(Actor):
             else:
                 self._finish()
             return
-        every = self.evaluation.every_steps
-        if every and m.version % every == 0:
+        if self._eval_due(m.version):
             self._start_eval(version=m.version)
         self._fill()
 
     def _finish(self) -> None:
+        if self._saving is not None:  # a checkpoint is still being completed: stop after it
+            self._finish_after_save = True
+            return
         self.write_summary()
         # Generators must take in every version the trainer pushed before they leave, or the
         # trainer's last sends would never complete: the protocol's stop sequence.
-        protocol.stop_everyone(self.mailbox, self.routes, final_version=self.last_pushed)
-        self.stop("finished")
+        protocol.stop_everyone(self.mailbox, self.routes, final_version=self.last_pushed, reason=self._stop_reason)
+        self.stop(self._stop_reason)
 
     @staticmethod
     def _response_metrics(scored, components) -> dict:

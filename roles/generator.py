@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from roles import checkpoint, protocol
 from roles.engines.base import SamplingConfig
 from roles.protocol import (
     CONTROLLER,
@@ -24,7 +25,9 @@ from roles.protocol import (
     Rollout,
     RolloutConfig,
     Routes,
+    SaveState,
     Schedule,
+    StateSaved,
     WeightsPushed,
 )
 from runtime import Actor, Backoff, Envelope, handles
@@ -128,6 +131,14 @@ class GeneratorActor(Actor):
         expected = self.version + len(self.announced) + 1  # the one its receives are posted for
         self.schedule.check_announcement(version, expected, f"generator {self.mailbox.role_table.index}")
         self.announced.append(version)
+
+    def on_preempt(self) -> None:
+        protocol.request_preemption(self.mailbox, self.routes)
+
+    @handles(SaveState)
+    def on_save_state(self, env: Envelope) -> None:
+        checkpoint.save_rng(env.msg.path, self.mailbox.role_table.rank)
+        self.mailbox.send(CONTROLLER, StateSaved(steps_done=env.msg.steps_done))
 
     @handles(FinalVersion)
     def on_final(self, env: Envelope) -> None:

@@ -28,6 +28,22 @@ Read this module top to bottom to know how a step flows; the roles (``controller
    sends :class:`FinalVersion` to the generators — each takes in every version up to it, so
    no trainer send is left hanging — writes the summary, and sends ``Stop`` to every rank
    (:func:`stop_everyone`).
+5. **Checkpoints and resume.** After step ``s`` when ``s + 1`` steps make a checkpoint
+   (:meth:`Schedule.checkpoint_due`), every training rank writes its random states and its
+   shards of the policy and optimizer (collective over the trainers) into the partial
+   checkpoint, after pushing the new weights so generators are not held up, and only then does
+   training rank 0 send ``StepDone``. On that notice the controller writes its own part (the
+   data position as of what was trained, not what was sent), asks every other rank for its
+   random states (:class:`SaveState` / :class:`StateSaved`) and makes the checkpoint visible
+   when all are in (``roles.checkpoint.finalize``). A resumed run starts at ``resumed_at`` =
+   the checkpoint's steps: the trainers push that version first, and no batch is sampled with
+   an older one (:meth:`Schedule.min_version`); the steps in flight at the checkpoint are sent
+   again, with the same prompts and seeds.
+6. **Preemption.** A rank that gets SIGTERM, SIGUSR1 or SIGINT sends :class:`Preempt` to the
+   training ranks (:func:`request_preemption`); at the end of the step in progress they agree
+   (all-reduce) to checkpoint it whatever the schedule says, and report ``preempted`` in
+   ``StepDone``. The controller completes that checkpoint and stops everyone with the reason
+   ``preempted``; every rank then exits with ``runtime.EXIT_RESUMABLE``.
 
 Rollouts go from role to role; the controller sees only small notices (counts, timings,
 metrics), never a rollout.
@@ -162,6 +178,28 @@ class StepDone:
 
 
 @message
+class Preempt:
+    """Any rank that got a stop signal -> every training rank: checkpoint after the step in progress."""
+
+    signal: str = ""  # the signal's name, for the log
+
+
+@message
+class SaveState:
+    """Controller -> generators and reward ranks: write your random states into checkpoint ``path``."""
+
+    steps_done: int
+    path: str
+
+
+@message
+class StateSaved:
+    """Generator or reward rank -> controller: its part of checkpoint ``steps_done`` is written."""
+
+    steps_done: int
+
+
+@message
 class FinalVersion:
     """Controller -> generators, just before Stop: receive every version up to this one first."""
 
@@ -242,15 +280,24 @@ class Schedule:
     steps: int  # trainer steps in the run
     max_staleness: int  # generate with weights at most this many versions behind the trainer
     final_eval: bool = False  # the run evaluates its final policy on the generators
+    checkpoint_every: int = 0  # steps between checkpoints (0: none)
+    resumed_at: int = 0  # steps done when this run started (a resumed run: its checkpoint's)
 
     @classmethod
-    def of(cls, run, evaluation) -> Schedule:
-        """From the role map's ``run:`` and ``eval:`` sections (a run with eval evaluates its final policy)."""
-        return cls(run.steps, run.max_staleness, evaluation.enabled)
+    def of(cls, run, evaluation, checkpoint=None, resumed_at: int = 0) -> Schedule:
+        """From the role map's ``run:``, ``eval:`` and ``checkpoint:`` sections (a run with eval
+        evaluates its final policy)."""
+        every = checkpoint.every_steps if checkpoint is not None else 0
+        return cls(run.steps, run.max_staleness, evaluation.enabled, every, resumed_at)
 
     def min_version(self, step: int) -> int:
-        """The oldest policy that may sample the data of ``step``."""
-        return max(0, step - self.max_staleness)
+        """The oldest policy that may sample the data of ``step`` (never one from before a resume:
+        the generators' own weights are then placeholders until the trainers' first push)."""
+        return max(self.resumed_at, step - self.max_staleness)
+
+    def checkpoint_due(self, steps_done: int) -> bool:
+        """Whether the state after ``steps_done`` trainer steps is checkpointed."""
+        return self.checkpoint_every > 0 and steps_done % self.checkpoint_every == 0 and steps_done > self.resumed_at
 
     def can_send(self, step: int, trainer_version: int) -> bool:
         """Whether step ``step``'s prompts may go out while the trainers hold ``trainer_version``."""
@@ -277,8 +324,14 @@ class Schedule:
             raise RuntimeError(f"{where}, expected {expected} (versions come one by one)")
 
 
-def stop_everyone(mailbox, routes: Routes, final_version: int) -> None:
+def stop_everyone(mailbox, routes: Routes, final_version: int, reason: str = "finished") -> None:
     """The controller's last act: generators take in every pushed version, then all stop."""
     if not routes.colocated:  # colocated ranks reload their own engine: nothing in flight
         mailbox.send_role(routes.generate_role, FinalVersion(version=final_version))
-    mailbox.send_all(Stop("finished"))
+    mailbox.send_all(Stop(reason))
+
+
+def request_preemption(mailbox, routes: Routes, signal: str = "") -> None:
+    """A rank that got a stop signal passes it on to the trainers, who agree on the step to stop
+    after (an all-reduce of their flags at the end of each step) and checkpoint it."""
+    mailbox.send_role(routes.train_role, Preempt(signal=signal))

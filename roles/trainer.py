@@ -22,10 +22,11 @@ import torch
 import torch.distributed as dist
 
 from roles import advantages as adv_lib
-from roles import losses
+from roles import checkpoint, losses
+from roles.checkpoint import CheckpointPlan, Resume
 from roles.config.trainer import TrainerConfig
 from roles.logprobs import response_logprobs
-from roles.protocol import CONTROLLER, Rollout, RolloutConfig, Routes, Schedule, StepDone, WeightsPushed
+from roles.protocol import CONTROLLER, Preempt, Rollout, RolloutConfig, Routes, Schedule, StepDone, WeightsPushed
 from runtime import Actor, Envelope, handles
 
 
@@ -53,13 +54,17 @@ class TrainerActor(Actor):
         dp_group=None,
         on_finish=None,
         allreduce_grads=False,
+        checkpoints: CheckpointPlan | None = None,
+        resume: Resume | None = None,
     ):
         """``policy`` holds the (possibly FSDP-sharded) HF causal LM; ``sender`` pushes its weights.
 
         ``rollout``: the step's shape (groups per step) and the sampling temperature, which the
         trainer's log-probs must use too. ``allreduce_grads``: the model is a full replica per
         rank (not FSDP), so gradients are averaged over ``dp_group`` explicitly after the backward
-        passes.
+        passes. ``checkpoints``: where this rank writes its part of a checkpoint when the schedule
+        says one is due; ``resume``: the checkpoint to continue from (loaded here: collective
+        over the trainers, who all construct their actor at the same point of the set-up).
         """
         super().__init__(mailbox)
         self.config = config
@@ -91,6 +96,10 @@ class TrainerActor(Actor):
         self.buffers: dict[int, list[Rollout]] = collections.defaultdict(list)
         self._collect_started: float | None = None
         self.last_metrics: dict[str, float] = {}
+        self.checkpoints = checkpoints
+        self._preempt = False  # a stop signal reached this rank, or a Preempt message did
+        if resume is not None:
+            self._resume(resume)
         self.on_finish = on_finish  # called at Stop (e.g. to save the policy)
 
     @handles(Rollout)
@@ -120,19 +129,61 @@ class TrainerActor(Actor):
         t0 = time.perf_counter()
         self.version += 1
         # After the last step nobody samples again: pushing would only delay shutdown.
-        if self.schedule.pushes(self.version):
-            if self.is_leader and not self.routes.colocated:
-                self.mailbox.send_role(self.routes.generate_role, WeightsPushed(version=self.version))
-            with self.spans.span("weight_send"):
-                self.sender.push(self.local_params(), self.version)
+        if self._push(self.version):
             metrics["pushed_version"] = float(self.version)
         metrics["weight_send_s"] = time.perf_counter() - t0
+        preempted = self._agree(self._preempt)
+        if preempted:
+            metrics["preempted"] = 1.0
+        if self.checkpoints is not None and (preempted or self.schedule.checkpoint_due(self.version)):
+            # After the push, so the generators already have the new weights on their way.
+            t0 = time.perf_counter()
+            with self.spans.span("checkpoint"):
+                self._save(self.checkpoints.partial(self.version))
+            metrics["checkpoint_save_s"] = time.perf_counter() - t0
         metrics = self._reduce_metrics(metrics)
         if self.is_leader:
             self.mailbox.send(CONTROLLER, StepDone(step=self.step_index, version=self.version, metrics=metrics))
         self.last_metrics = metrics
         self.step_index += 1
         return True
+
+    @handles(Preempt)
+    def on_preempt_message(self, env: Envelope) -> None:
+        self._preempt = True
+
+    def on_preempt(self) -> None:
+        self._preempt = True
+
+    def _agree(self, flag: bool) -> bool:
+        """Whether any training rank has the flag: all stop after the same step (collective)."""
+        if self.dp_group is None:
+            return flag
+        t = torch.tensor([float(flag)])
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.dp_group)
+        return bool(t.item())
+
+    def _push(self, version: int) -> bool:
+        """Announce and push ``version`` to the generators if the schedule says it is pushed."""
+        if not self.schedule.pushes(version):
+            return False
+        if self.is_leader and not self.routes.colocated:
+            self.mailbox.send_role(self.routes.generate_role, WeightsPushed(version=version))
+        with self.spans.span("weight_send"):
+            self.sender.push(self.local_params(), version)
+        return True
+
+    def _save(self, path) -> None:
+        """This rank's part of a checkpoint: its random states, then its shards (collective)."""
+        checkpoint.save_rng(path, self.mailbox.role_table.rank)
+        checkpoint.save_trainer_state(path, self.model, self.optimizer, self.dp_group)
+
+    def _resume(self, resume: Resume) -> None:
+        """Load the policy and optimizer of ``resume`` and push that version: the generators
+        hold placeholders until then (``Schedule.min_version``)."""
+        checkpoint.load_trainer_state(resume.path, self.model, self.optimizer, self.dp_group)
+        self.version = self.step_index = resume.steps_done
+        self._push(self.version)
 
     def on_stop(self, reason: str) -> None:
         self.sender.wait()  # the generators take in the last push before they stop
@@ -146,7 +197,9 @@ class TrainerActor(Actor):
         algo, temperature = self.config, self.temperature
         prompts, responses, mus, advs, rewards, staleness = [], [], [], [], [], []
         local_tokens = 0
+        id_sum = id_sqsum = 0.0  # a fingerprint of the examples trained (resume checks it)
         for g in groups:
+            id_sum, id_sqsum = id_sum + g.example_id, id_sqsum + float(g.example_id) ** 2
             rewards.extend(g.rewards)
             staleness.append(self.version - g.policy_version)
             local_tokens += sum(len(x) for x in g.response_ids)
@@ -218,6 +271,8 @@ class TrainerActor(Actor):
             "staleness_max": float(max(staleness)),
             "staleness_mean": sum(staleness) / len(staleness),
             "grad_norm": grad_norm,
+            "example_id_sum": id_sum,
+            "example_id_sqsum": id_sqsum,
             "train_s": time.perf_counter() - t0,
         }
         # Ratio and KL figures describe the tokens trained on.
@@ -257,8 +312,17 @@ class TrainerActor(Actor):
         return float(t)
 
     # Per-rank figures that add up over trainers; the rest are averaged or maxed.
-    _SUMMED = ("tokens", "samples", "trained_samples")
-    _MAXED = ("staleness_max", "train_s", "weight_send_s", "weight_send_stall_s", "trainer_wait_s", "pushed_version")
+    _SUMMED = ("tokens", "samples", "trained_samples", "example_id_sum", "example_id_sqsum")
+    _MAXED = (
+        "checkpoint_save_s",
+        "preempted",
+        "staleness_max",
+        "train_s",
+        "weight_send_s",
+        "weight_send_stall_s",
+        "trainer_wait_s",
+        "pushed_version",
+    )
 
     def _reduce_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
         if self.dp_group is None:

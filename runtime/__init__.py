@@ -9,6 +9,20 @@ from runtime.backoff import Backoff
 from runtime.failure import abort_on_error
 from runtime.mailbox import Address, Envelope, Mailbox
 from runtime.messages import Stop
+from runtime.preemption import EXIT_RESUMABLE, PREEMPTED, PREEMPTION
 from runtime.role_table import RoleTable
 
-__all__ = ["Actor", "handles", "abort_on_error", "Address", "Backoff", "Envelope", "Mailbox", "RoleTable", "Stop"]
+__all__ = [
+    "EXIT_RESUMABLE",
+    "PREEMPTED",
+    "PREEMPTION",
+    "Actor",
+    "handles",
+    "abort_on_error",
+    "Address",
+    "Backoff",
+    "Envelope",
+    "Mailbox",
+    "RoleTable",
+    "Stop",
+]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from runtime.backoff import MAX_SLEEP_S, MIN_SLEEP_S, Backoff
 from runtime.mailbox import Envelope, Mailbox
 from runtime.messages import Stop
+from runtime.preemption import PREEMPTION
 from runtime.spans import Spans
 
 
@@ -51,6 +52,9 @@ class Actor:
     def on_stop(self, reason: str) -> None:
         """Called once when a Stop arrives, before the mailbox closes."""
 
+    def on_preempt(self) -> None:
+        """Called once when this process gets SIGTERM, SIGUSR1 or SIGINT (``runtime.preemption``)."""
+
     # The loop -------------------------------------------------------------------
 
     @handles(Stop)
@@ -85,7 +89,11 @@ class Actor:
 
     def run(self) -> None:
         backoff = Backoff(self.min_idle_sleep_s, self.max_idle_sleep_s)
+        preempted = False
         while self.running:
+            if PREEMPTION.requested and not preempted:
+                preempted = True
+                self.on_preempt()
             busy = self.handle_pending() > 0
             if self.running:
                 busy = self.step() or busy

@@ -102,6 +102,7 @@ def _controller(tmp_path, base_config, steps=4, eval_cfg=None, n_eval=3):
         rollout=cfg.rollout,
         evaluation=cfg.eval,
         routes=cfg.routes(),
+        schedule=cfg.schedule(),
         prompts=prompts,
         eval_prompts=evals,
         data_stats={"prompts_too_long": 2},

@@ -95,3 +95,21 @@ def test_the_slurm_script_runs_the_multinode_recipe():
     assert ranks == nodes * per_node  # one rank per GPU, exactly the allocation
     assert "examples/math/qwen2.5-7b-4nodes.yaml" in script and "srun" in script and "mpirl check" in script
     assert subprocess.run(["bash", "-n", str(REPO / "examples/slurm/math-7b.sbatch")]).returncode == 0
+
+
+@pytest.mark.parametrize("srun_exit,requeued", [(75, True), (0, False), (1, False)])
+def test_the_resumable_slurm_script_requeues_only_a_checkpointed_stop(tmp_path, srun_exit, requeued):
+    # srun, mpirl and scontrol stand-ins on PATH: the script's own logic is what runs.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in (("srun", f"exit {srun_exit}"), ("mpirl", "exit 0"), ("scontrol", 'echo "$@" >> "$LOG"')):
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    log = tmp_path / "scontrol.log"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "LOG": str(log), "SLURM_JOB_ID": "42", "CONFIG": "x.yaml"}
+    script = REPO / "examples/slurm/resumable.sbatch"
+    proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == srun_exit
+    assert (log.read_text().split() == ["requeue", "42"]) if requeued else not log.exists()
+    text = script.read_text()
+    assert "#SBATCH --signal=USR1@" in text and "#SBATCH --requeue" in text

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from roles.section import Section
 
@@ -16,3 +16,14 @@ class ControllerConfig(Section):
     out: str = "runs/default"  # metrics.jsonl, summary.json, traces go here
     progress: bool = True  # progress bar on the controller's terminal
     timeout_s: float = Field(3600.0, gt=0)  # a step that makes no progress this long aborts the job
+    # auto: continue from the newest complete checkpoint in the run's checkpoint folder if there
+    # is one, else start afresh; never: always start afresh (the folder's checkpoints are left
+    # alone until new ones replace them); or the path of one checkpoint to continue from.
+    resume: str = "auto"
+
+    @field_validator("resume")
+    @classmethod
+    def _resume(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("auto, never, or the path of a checkpoint folder; got an empty string")
+        return v

@@ -1,0 +1,67 @@
+"""Which checkpoint a run continues from (``run.resume``), and whether it may.
+
+``auto``: the newest complete checkpoint in the run's checkpoint folder, if any; ``never``:
+none; otherwise the path of one checkpoint. A checkpoint records the role map it was written
+with; resuming is refused where a change would make the continuation wrong — another model,
+another task or data, another seed, a colocated layout for a disaggregated one — and allowed
+where it is harmless (more or fewer steps, eval and checkpoint intervals, logging, the number
+of trainers or generators: torch.distributed.checkpoint reshards the policy).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from launch.config import ConfigError, RoleMap
+from roles import checkpoint
+
+# Dotted fields that must be the same as when the checkpoint was written, and why.
+MUST_MATCH = {
+    "model": "the checkpoint's policy and optimizer belong to that model",
+    "task": "the data position indexes that task's examples",
+    "run.seed": "the data order and every batch's sampling seed come from it",
+    "world.colocated.ranks": "colocated and disaggregated runs hold different state",
+}
+
+
+def _get(data: dict, dotted: str):
+    for key in dotted.split("."):
+        data = data.get(key) if isinstance(data, dict) else None
+    return data
+
+
+def check_compatible(cfg: RoleMap, path: Path) -> None:
+    """Raise ConfigError naming the first field that differs from the checkpoint's role map."""
+    saved = yaml.safe_load((path / "config.yaml").read_text())
+    now = cfg.model_dump(mode="json")
+    for field, why in MUST_MATCH.items():
+        if field == "world.colocated.ranks":
+            differs = bool(_get(saved, field)) != bool(_get(now, field))
+        else:
+            differs = _get(saved, field) != _get(now, field)
+        if differs:
+            raise ConfigError(
+                f"{field}: differs from the checkpoint's ({path}): {why}; "
+                f"was {_get(saved, field)!r}, now {_get(now, field)!r} (or set run.resume: never)"
+            )
+
+
+def find_resume(cfg: RoleMap) -> checkpoint.Resume | None:
+    """The checkpoint this run continues from, checked; None to start afresh."""
+    mode = cfg.run.resume
+    if mode == "never":
+        return None
+    if mode == "auto":
+        path = checkpoint.newest(cfg.checkpoint_dir())
+        if path is None:
+            return None
+    else:
+        path = Path(mode)
+        if path.is_dir() and (path / checkpoint.LATEST).is_file():  # a checkpoint folder: its newest
+            path = path / (path / checkpoint.LATEST).read_text().strip()
+        if not checkpoint.is_complete(path):
+            raise ConfigError(f"run.resume: {mode!r} is not a complete checkpoint (no {checkpoint.COMPLETE} file)")
+    check_compatible(cfg, path)
+    return checkpoint.Resume(str(path), checkpoint.steps_done(path))

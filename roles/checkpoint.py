@@ -1,0 +1,292 @@
+"""Checkpoints: everything a stopped run needs to continue exactly, written atomically.
+
+One checkpoint is a folder in the run's checkpoint directory (``checkpoint.dir``, default
+``<run.out>/checkpoints``)::
+
+    step-00000050/
+      trainer/            torch.distributed.checkpoint shards of {"model", "optim"}: each training
+                          rank writes its own (no gather); loadable onto another number of trainers
+      controller.json     steps done, the data position as of what was *trained*, counters
+      rng/rank-00003.pt   every rank's random states (Python, numpy, torch)
+      config.yaml         the role map the run was started with
+      COMPLETE            written last
+    latest                the name of the newest complete checkpoint (replaced atomically)
+
+A checkpoint is written into ``.step-00000050.partial/`` and renamed only once every part is
+in and synced, so a crash mid-save leaves the previous checkpoint as it was; older ones beyond
+``keep_last`` are removed after that. Who writes what and when is ``roles.protocol``'s rule 5.
+
+This module knows files and state dicts; it sends no message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import shutil
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+COMPLETE = "COMPLETE"
+LATEST = "latest"
+
+
+def step_name(steps_done: int) -> str:
+    return f"step-{steps_done:08d}"
+
+
+def partial_dir(root: str | Path, steps_done: int) -> Path:
+    """Where the checkpoint after ``steps_done`` steps is written before it becomes visible."""
+    return Path(root) / f".{step_name(steps_done)}.partial"
+
+
+def is_complete(path: str | Path) -> bool:
+    return (Path(path) / COMPLETE).is_file()
+
+
+# ------------------------------------------------------------------------------ writing
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _json_value(value):
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.integer):
+        return int(value)
+    raise TypeError(f"cannot write {type(value).__name__} into a checkpoint's JSON")
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as JSON and sync it (the checkpoint is only as durable as its parts)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(data, f, default=_json_value)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def rng_state() -> dict:
+    import torch
+
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+
+
+def set_rng_state(state: dict) -> None:
+    import torch
+
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+def rng_file(path: str | Path, rank: int) -> Path:
+    return Path(path) / "rng" / f"rank-{rank:05d}.pt"
+
+
+def save_rng(path: str | Path, rank: int) -> None:
+    import torch
+
+    out = rng_file(path, rank)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "wb") as f:
+        torch.save(rng_state(), f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def load_rng(path: str | Path, rank: int) -> bool:
+    """Restore this rank's random states from checkpoint ``path``; False if it holds none for ``rank``."""
+    import torch
+
+    f = rng_file(path, rank)
+    if not f.is_file():
+        return False
+    set_rng_state(torch.load(f, weights_only=False))
+    return True
+
+
+@contextlib.contextmanager
+def _single_process_is_meant():
+    """One trainer saves and loads alone (no_dist): torch's warning that it assumes so is noise."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+        yield
+
+
+def save_trainer_state(path: str | Path, model, optimizer, group) -> None:
+    """The model's and optimizer's shards into ``path/trainer``. Collective over ``group``
+    (the training ranks; None when there is one: then no other rank takes part)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_state, optim_state = get_state_dict(model, optimizer)
+    with _single_process_is_meant():
+        dcp.save(
+            {"model": model_state, "optim": optim_state},
+            checkpoint_id=str(Path(path) / "trainer"),
+            process_group=group,
+            no_dist=group is None,
+        )
+
+
+def load_trainer_state(path: str | Path, model, optimizer, group) -> None:
+    """Load ``path/trainer`` into ``model`` and ``optimizer`` as they are sharded now (any number
+    of trainers: torch.distributed.checkpoint reshards). Collective over ``group``."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+    model_state, optim_state = get_state_dict(model, optimizer)
+    state = {"model": model_state, "optim": optim_state}
+    with _single_process_is_meant():
+        dcp.load(state, checkpoint_id=str(Path(path) / "trainer"), process_group=group, no_dist=group is None)
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+
+
+def finalize(root: str | Path, steps_done: int, keep_last: int) -> Path:
+    """Make the partial checkpoint after ``steps_done`` steps visible, then prune old ones.
+
+    The order is what makes it atomic: COMPLETE inside the partial folder, the folder renamed,
+    ``latest`` replaced; a crash at any point leaves either the old or the new one complete.
+    """
+    root = Path(root)
+    partial, final = partial_dir(root, steps_done), root / step_name(steps_done)
+    (partial / COMPLETE).write_text(f"{steps_done}\n")
+    _fsync_dir(partial)
+    if final.exists():  # a checkpoint of the same step from an earlier attempt
+        shutil.rmtree(final)
+    os.rename(partial, final)
+    tmp = root / f".{LATEST}.tmp"
+    tmp.write_text(final.name + "\n")
+    os.replace(tmp, root / LATEST)
+    _fsync_dir(root)
+    for old in complete_checkpoints(root)[:-keep_last]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+@dataclass(frozen=True)
+class CheckpointPlan:
+    """Where a run's checkpoints go, how many are kept, and the role map each one records."""
+
+    root: str
+    keep_last: int
+    config_text: str  # the parsed role map as YAML, written into every checkpoint
+
+    def partial(self, steps_done: int) -> Path:
+        return partial_dir(self.root, steps_done)
+
+    def write_controller_part(self, steps_done: int, state: dict) -> Path:
+        """The controller's files: its state, the role map, its random states (rank 0)."""
+        path = self.partial(steps_done)
+        write_json(path / "controller.json", {"steps_done": steps_done, **state})
+        (path / "config.yaml").write_text(self.config_text)
+        save_rng(path, 0)
+        return path
+
+    def finalize(self, steps_done: int) -> Path:
+        return finalize(self.root, steps_done, self.keep_last)
+
+
+def remove_partials(root: str | Path) -> None:
+    """Remove the partial checkpoints a stopped run left behind (never a complete one)."""
+    root = Path(root)
+    if root.is_dir():
+        for p in root.glob(".step-*.partial"):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def keep_jsonl(path: str | Path, keep) -> list[dict]:
+    """Rewrite a JSON-lines log with only the records ``keep(record)`` accepts; return them.
+
+    A resumed run drops what was logged after its checkpoint, so the log has each step once.
+    A last line cut short by the crash is dropped too.
+    """
+    path = Path(path)
+    if not path.is_file():
+        return []
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if keep(record):
+            kept.append(record)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    os.replace(tmp, path)
+    return kept
+
+
+def export_hf(path: str | Path, out: str | Path) -> Path:
+    """Write the policy of checkpoint ``path`` as a plain Hugging Face folder (safetensors,
+    config, generation config, tokenizer) that ``from_pretrained`` and vLLM load.
+
+    Runs in one process without torch.distributed: the trainers' shards, however many wrote
+    them, are read into one whole model (the optimizer state is not read).
+    """
+    import torch.distributed.checkpoint as dcp
+    import yaml
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+    from roles.models import ModelConfig
+    from roles.policy import Policy, load_model
+
+    path = Path(path)
+    if not is_complete(path):
+        raise FileNotFoundError(f"{path} is not a complete checkpoint (no {COMPLETE} file)")
+    saved = yaml.safe_load((path / "config.yaml").read_text())
+    # The architecture and tokenizer come from the run's model folder; the weights from here.
+    model_cfg = ModelConfig.model_construct(**saved["model"])
+    model = load_model(model_cfg)
+    state = {"model": get_model_state_dict(model)}
+    with _single_process_is_meant():
+        dcp.load(state, checkpoint_id=str(path / "trainer"), no_dist=True)
+    set_model_state_dict(model, state["model"])
+    Policy(model, model_cfg.path, sharded=False).save(out, is_leader=True)
+    return Path(out)
+
+
+# ------------------------------------------------------------------------------ finding
+
+
+def complete_checkpoints(root: str | Path) -> list[Path]:
+    """The complete checkpoints under ``root``, oldest first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith("step-") and is_complete(p)]
+    return sorted(found, key=lambda p: p.name)
+
+
+def newest(root: str | Path) -> Path | None:
+    done = complete_checkpoints(root)
+    return done[-1] if done else None
+
+
+def steps_done(path: str | Path) -> int:
+    return int(json.loads((Path(path) / "controller.json").read_text())["steps_done"])
+
+
+@dataclass(frozen=True)
+class Resume:
+    """Where a resumed run continues from: the checkpoint, and how many steps it holds."""
+
+    path: str
+    steps_done: int
+
+    def controller_state(self) -> dict:
+        return json.loads((Path(self.path) / "controller.json").read_text())

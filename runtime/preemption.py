@@ -1,0 +1,56 @@
+"""Preemption: a signal asks this rank's actor to stop at its next safe point; a second aborts.
+
+SIGTERM and SIGUSR1 (what Slurm sends with ``--signal``, on ``scancel`` and at the time limit,
+and what ``mpirun`` forwards to its ranks) and SIGINT (Ctrl-C) only set a flag here: nothing
+else is safe inside a signal handler. The actor loop sees the flag and calls
+``Actor.on_preempt()`` once; what a safe point is belongs to the program (mpirl's: the end of
+the step in progress, then a checkpoint). A second signal means "now": the job is aborted.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
+
+
+class Preemption:
+    """The flag one process's signal handlers set (use the module's ``PREEMPTION``)."""
+
+    def __init__(self):
+        self.requested = False
+        self.signum: int | None = None
+
+    def install(self) -> None:
+        for s in SIGNALS:
+            signal.signal(s, self._on_signal)
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.requested:  # the second one: abort at once, as an unhandled failure would
+            os.write(2, f"[mpirl] second signal {signal.Signals(signum).name}: aborting the job\n".encode())
+            from mpi4py import MPI
+
+            MPI.COMM_WORLD.Abort(128 + signum)
+            os._exit(128 + signum)
+        self.requested, self.signum = True, signum
+        os.write(2, f"[mpirl] {signal.Signals(signum).name}: stopping after the step in progress\n".encode())
+
+    def clear(self) -> None:
+        self.requested, self.signum = False, None
+
+
+PREEMPTION = Preemption()
+
+
+def exit_code_of(stop_reason: str | None) -> int:
+    """0 for a finished run, ``EXIT_RESUMABLE`` for one stopped by preemption with a checkpoint."""
+    return EXIT_RESUMABLE if stop_reason == PREEMPTED else 0
+
+
+# The exit code of a job that stopped on a signal after writing a checkpoint: "checkpointed,
+# resumable" (sysexits.h's EX_TEMPFAIL, "temporary failure; the user is invited to retry").
+EXIT_RESUMABLE = 75
+PREEMPTED = "preempted"  # the Stop reason of such a job
+
+__all__ = ["EXIT_RESUMABLE", "PREEMPTED", "PREEMPTION", "Preemption", "exit_code_of"]

@@ -1,0 +1,118 @@
+"""The parts of a checkpoint that need no MPI: files, atomic visibility, RNG streams, the data
+position, the resume rules."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from launch import config
+from launch.resume import find_resume
+from roles import checkpoint
+from roles.prompt_stream import PromptStream
+
+
+def _plan(tmp_path, text="x: 1\n", keep=2):
+    return checkpoint.CheckpointPlan(str(tmp_path / "ckpt"), keep, text)
+
+
+def _write(plan, steps, state=None):
+    plan.write_controller_part(steps, state or {"position": {}, "next_eval_group": 0})
+    return plan.finalize(steps)
+
+
+def test_random_streams_continue_after_a_round_trip(tmp_path):
+    random.seed(1), np.random.seed(2), torch.manual_seed(3)
+    checkpoint.save_rng(tmp_path, 7)
+    want = (random.random(), np.random.rand(), torch.rand(3))
+    random.seed(9), np.random.seed(9), torch.manual_seed(9)
+    assert checkpoint.load_rng(tmp_path, 7)
+    assert (random.random(), np.random.rand()) == want[:2] and torch.equal(torch.rand(3), want[2])
+    assert not checkpoint.load_rng(tmp_path, 8)  # a rank it never had: nothing restored
+
+
+def test_the_data_position_continues_the_same_sequence(tmp_path):
+    whole = PromptStream(range(10, 23), seed=4)
+    first = whole.take(9)
+    checkpoint.write_json(tmp_path / "pos.json", whole.position())
+    pos = json.loads((tmp_path / "pos.json").read_text())  # it travels as JSON
+    rest = whole.take(30)  # across two epochs
+    resumed = PromptStream(range(10, 23), seed=4)
+    resumed.restore(pos)
+    assert resumed.take(30) == rest
+    assert sorted(first + rest[:4]) == list(range(10, 23))  # an epoch is every example once
+    with pytest.raises(ValueError, match="training data changed"):
+        PromptStream(range(5), seed=4).restore(pos)
+
+
+def test_a_checkpoint_becomes_visible_only_when_complete(tmp_path):
+    plan = _plan(tmp_path)
+    _write(plan, 2)
+    plan.write_controller_part(4, {"position": {}, "next_eval_group": 0})  # a save that never finished
+    assert checkpoint.newest(plan.root).name == "step-00000002"
+    assert (tmp_path / "ckpt" / "latest").read_text().strip() == "step-00000002"
+    checkpoint.remove_partials(plan.root)
+    assert not list((tmp_path / "ckpt").glob(".*.partial"))
+    assert checkpoint.newest(plan.root).name == "step-00000002"
+
+
+def test_old_checkpoints_go_only_after_a_newer_is_complete(tmp_path):
+    plan = _plan(tmp_path, keep=2)
+    for s in (2, 4, 6):
+        _write(plan, s)
+    assert [p.name for p in checkpoint.complete_checkpoints(plan.root)] == ["step-00000004", "step-00000006"]
+    assert checkpoint.steps_done(checkpoint.newest(plan.root)) == 6
+
+
+def test_logs_keep_each_step_once(tmp_path):
+    log = tmp_path / "metrics.jsonl"
+    log.write_text("".join(json.dumps({"step": s}) + "\n" for s in range(6)) + '{"step": 6, "cut')
+    kept = checkpoint.keep_jsonl(log, lambda r: r["step"] < 4)
+    assert [r["step"] for r in kept] == [0, 1, 2, 3]
+    assert [json.loads(x)["step"] for x in log.read_text().splitlines()] == [0, 1, 2, 3]
+
+
+def _run_config(base_config, tmp_path, **changes):
+    raw = copy.deepcopy(base_config)
+    raw["run"]["out"] = str(tmp_path / "run")
+    raw["checkpoint"] = {"every_steps": 2}
+    for dotted, value in changes.items():
+        *path, key = dotted.split(".")
+        node = raw
+        for p in path:
+            node = node.setdefault(p, {})
+        node[key] = value
+    return config.parse(raw)
+
+
+def test_resume_auto_finds_the_newest_and_never_ignores_it(base_config, tmp_path):
+    cfg = _run_config(base_config, tmp_path)
+    assert find_resume(cfg) is None  # nothing yet: start afresh
+    plan = cfg.checkpoints()
+    _write(plan, 2)
+    _write(plan, 4)
+    found = find_resume(cfg)
+    assert found.steps_done == 4 and found.path.endswith("step-00000004")
+    assert find_resume(_run_config(base_config, tmp_path, **{"run.resume": "never"})) is None
+    explicit = _run_config(base_config, tmp_path, **{"run.resume": str(tmp_path / "run/checkpoints/step-00000002")})
+    assert find_resume(explicit).steps_done == 2
+
+
+def test_resume_refuses_a_changed_seed_or_task_and_allows_more_steps(base_config, tmp_path):
+    _write(_run_config(base_config, tmp_path).checkpoints(), 2)
+    assert find_resume(_run_config(base_config, tmp_path, **{"run.steps": 99})).steps_done == 2
+    with pytest.raises(config.ConfigError, match=r"run\.seed: differs from the checkpoint"):
+        find_resume(_run_config(base_config, tmp_path, **{"run.seed": 5}))
+    with pytest.raises(config.ConfigError, match=r"task: differs"):
+        find_resume(_run_config(base_config, tmp_path, **{"task.max_operand": 7}))
+
+
+def test_resume_from_a_path_that_is_no_checkpoint_is_a_config_error(base_config, tmp_path):
+    cfg = _run_config(base_config, tmp_path, **{"run.resume": str(tmp_path / "nowhere")})
+    with pytest.raises(config.ConfigError, match="run.resume: .* is not a complete checkpoint"):
+        find_resume(cfg)
