@@ -58,6 +58,7 @@ bench: $(STAMP)
 	$(MPIRUN) -n 4 $(PY) bench/weight_sync.py
 	$(PY) bench/async_vs_sync.py
 	$(PY) bench/rewards.py
+	$(MPIRUN) -n 2 $(PY) bench/checkpoint.py
 
 clean:
 	rm -rf $(VENV) runs

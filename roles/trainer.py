@@ -177,6 +177,7 @@ class TrainerActor(Actor):
         """This rank's part of a checkpoint: its random states, then its shards (collective)."""
         checkpoint.save_rng(path, self.mailbox.role_table.rank)
         checkpoint.save_trainer_state(path, self.model, self.optimizer, self.dp_group)
+        checkpoint.inject_fault("trainer-saved", self.version)
 
     def _resume(self, resume: Resume) -> None:
         """Load the policy and optimizer of ``resume`` and push that version: the generators

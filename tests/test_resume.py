@@ -202,3 +202,40 @@ def test_restarts_relaunch_a_job_whose_generator_was_killed(tmp_path, sft_model)
     assert "mpirl: restart 1 of 2" in text and "rank 1 (generator) died" in text, text[-3000:]
     metrics = recipe.read_metrics(run_dir)
     assert [m["step"] for m in metrics] == list(range(10))  # every step, each once
+
+
+@pytest.mark.slow
+def test_a_crash_in_the_middle_of_a_save_leaves_the_previous_checkpoint(tmp_path, sft_model):
+    run_dir = tmp_path / "run"
+    config = _config(run_dir, sft_model, 0)
+    # The trainers crash after writing their shards of checkpoint 4, before it is complete.
+    with pytest.raises(RuntimeError, match="exited with"):
+        recipe.run_job(config, timeout_s=JOB_TIMEOUT_S, quiet=True, extra_env={"MPIRL_INJECT_FAULT": "trainer-saved:4"})
+    ckpts = run_dir / "checkpoints"
+    assert (ckpts / "latest").read_text().strip() == "step-00000002"
+    assert (ckpts / ".step-00000004.partial" / "trainer").is_dir()  # half written, never visible
+    recipe.run_job(config, timeout_s=JOB_TIMEOUT_S, quiet=True)  # resumes from step 2
+    assert [m["step"] for m in recipe.read_metrics(run_dir)] == list(range(STEPS))
+    assert not list(ckpts.glob(".*.partial"))  # the half-written one was cleared away
+
+
+@pytest.mark.slow
+def test_a_second_sigterm_aborts_at_once(tmp_path, sft_model):
+    from runtime.preemption import EXIT_RESUMABLE
+
+    run_dir = tmp_path / "run"
+    config = _config(run_dir, sft_model, 1, run={"steps": 200})
+    proc = _start_with_mpirl_run(config)
+    try:
+        _wait_for_steps(proc, run_dir, 2)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)  # "now"
+        proc.communicate(timeout=120)
+        stop_s = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode not in (0, EXIT_RESUMABLE) and stop_s < 30, (proc.returncode, stop_s)
+    assert len(recipe.read_metrics(run_dir)) < 200
