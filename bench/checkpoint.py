@@ -11,8 +11,9 @@ state, each layout in turn:
 ``save_s`` is ``roles.checkpoint.save_trainer_state`` (torch.distributed.checkpoint, files
 fsynced), barrier to barrier; ``load_s`` its ``load_trainer_state`` into a fresh model and
 optimizer (from the page cache: the figure is the format's cost, not the disk's). ``bytes``
-is what landed on disk. ``raw_s`` writes the same number of bytes with plain buffered writes
-and an fsync per file, split over the same writers: the disk's ceiling for that layout.
+is what landed on disk. ``raw_s`` writes each writer's same tensors' bytes (same content: a
+virtual disk may store zeros, such as fresh AdamW moments, faster than noise) with plain
+unbuffered writes and an fsync: the disk's ceiling for that layout.
 ``save_over_raw`` is ``raw_s / save_s`` (1.0: as fast as the disk; the target is >= 0.5).
 Medians of ``--reps`` rounds, alternating save, load and raw so drift hits all alike.
 """
@@ -60,10 +61,10 @@ def llama(hidden, layers, inter, vocab):
 
 
 def with_adam_state(model):
-    """AdamW with its moment buffers allocated, as after a first step (what a checkpoint holds)."""
+    """AdamW after a first step on random gradients: moments as full of data as a real run's."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
     for p in model.parameters():
-        p.grad = torch.zeros_like(p)
+        p.grad = torch.randn_like(p) * 1e-3
     opt.step()
     opt.zero_grad(set_to_none=True)
     return opt
@@ -73,13 +74,22 @@ def du(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def raw_write(path: Path, nbytes: int, chunk: int = 64 << 20) -> None:
-    """``nbytes`` to one file in large writes, then fsync: the disk's ceiling for one writer."""
-    buf = os.urandom(min(chunk, max(nbytes, 1)))
+def local_tensors(model, opt) -> list[torch.Tensor]:
+    """This rank's bytes of the state a checkpoint holds: parameter shards and AdamW moments."""
+    from torch.distributed.tensor import DTensor
+
+    local = [t.to_local() if isinstance(t, DTensor) else t for t in model.parameters()]
+    for state in opt.state.values():
+        local += [t.to_local() if isinstance(t, DTensor) else t for t in state.values() if t.dim() > 0]
+    return [t.detach().contiguous() for t in local]
+
+
+def raw_write(path: Path, tensors: list[torch.Tensor]) -> None:
+    """The same bytes as the checkpoint (same content: zeros compress alike on a virtual disk)
+    in one file of plain unbuffered writes, then fsync: the disk's ceiling for one writer."""
     with open(path, "wb", buffering=0) as f:
-        left = nbytes
-        while left > 0:
-            left -= f.write(memoryview(buf)[: min(left, len(buf))])
+        for t in tensors:
+            f.write(t.view(torch.uint8).numpy().data if t.numel() else b"")
         os.fsync(f.fileno())
 
 
@@ -112,9 +122,8 @@ def run(comm, label: str, trainers: int, group, root: Path, reps: int) -> dict |
         times["save_s"].append(timed(comm, mine, checkpoint.save_trainer_state, ckpt, model, opt, g))
         times["load_s"].append(timed(comm, mine, checkpoint.load_trainer_state, ckpt, fresh, fresh_opt, g))
         nbytes = comm.bcast(du(ckpt / "trainer") if rank == 0 else None, root=0)
-        share = nbytes // trainers
         raw = root / f"raw-{rank}"
-        times["raw_s"].append(timed(comm, mine, raw_write, raw, share))
+        times["raw_s"].append(timed(comm, mine, raw_write, raw, local_tensors(model, opt) if mine else []))
         comm.Barrier()
         if rank == 0:
             shutil.rmtree(ckpt, ignore_errors=True)
