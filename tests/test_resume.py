@@ -239,3 +239,16 @@ def test_a_second_sigterm_aborts_at_once(tmp_path, sft_model):
             os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode not in (0, EXIT_RESUMABLE) and stop_s < 30, (proc.returncode, stop_s)
     assert len(recipe.read_metrics(run_dir)) < 200
+
+
+@pytest.mark.slow
+def test_a_run_of_two_trainers_resumes_on_one(tmp_path, sft_model):
+    # FSDP2 shards written by two trainers, loaded by one (torch.distributed.checkpoint reshards)
+    run_dir = tmp_path / "run"
+    two = _config(run_dir, sft_model, 0, world={"trainer": 2})
+    _kill_after_checkpoint(two, run_dir, steps_done=4)
+    one = _config(run_dir, sft_model, 0, world={"trainer": 1})
+    recipe.run_job(one, timeout_s=JOB_TIMEOUT_S, quiet=True)
+    metrics = recipe.read_metrics(run_dir)
+    assert [m["step"] for m in metrics] == list(range(STEPS))
+    assert [m["policy_version"] for m in metrics] == list(range(1, STEPS + 1))
