@@ -170,11 +170,9 @@ def cmd_advise(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from roles.checkpoint import LATEST, export_hf
+    from roles.checkpoint import export_hf, resolve
 
-    path = Path(args.checkpoint)
-    if (path / LATEST).is_file():  # a checkpoint folder: its newest
-        path = path / (path / LATEST).read_text().strip()
+    path = resolve(args.checkpoint)
     try:
         out = export_hf(path, args.out)
     except FileNotFoundError as e:

@@ -58,9 +58,7 @@ def find_resume(cfg: RoleMap) -> checkpoint.Resume | None:
         if path is None:
             return None
     else:
-        path = Path(mode)
-        if path.is_dir() and (path / checkpoint.LATEST).is_file():  # a checkpoint folder: its newest
-            path = path / (path / checkpoint.LATEST).read_text().strip()
+        path = checkpoint.resolve(mode)
         if not checkpoint.is_complete(path):
             raise ConfigError(f"run.resume: {mode!r} is not a complete checkpoint (no {checkpoint.COMPLETE} file)")
     check_compatible(cfg, path)

@@ -279,6 +279,14 @@ def complete_checkpoints(root: str | Path) -> list[Path]:
     return sorted(found, key=lambda p: p.name)
 
 
+def resolve(path: str | Path) -> Path:
+    """``path`` itself, or for a checkpoint folder (one with ``latest``) its newest checkpoint."""
+    path = Path(path)
+    if path.is_dir() and (path / LATEST).is_file():
+        return path / (path / LATEST).read_text().strip()
+    return path
+
+
 def newest(root: str | Path) -> Path | None:
     done = complete_checkpoints(root)
     return done[-1] if done else None

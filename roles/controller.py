@@ -33,6 +33,7 @@ from roles.protocol import (
     EVAL_SAMPLED,
     BatchDone,
     EvalScored,
+    ForwardsStopSignals,
     PromptBatch,
     RolloutConfig,
     Routes,
@@ -45,7 +46,7 @@ from roles.protocol import (
 from runtime import PREEMPTED, Actor, Envelope, handles
 
 
-class ControllerActor(Actor):
+class ControllerActor(ForwardsStopSignals, Actor):
     Config = ControllerConfig  # the role map's run: section
 
     def __init__(
@@ -124,9 +125,6 @@ class ControllerActor(Actor):
         self._fill()
 
     # ---------------------------------------------------------------- checkpoints
-
-    def on_preempt(self) -> None:
-        protocol.request_preemption(self.mailbox, self.routes)
 
     def _position(self) -> dict:
         return {"stream": self.stream.position(), "next_batch_id": self.next_batch_id}

@@ -15,19 +15,18 @@ import time
 
 import numpy as np
 
-from roles import checkpoint, protocol
 from roles.engines.base import SamplingConfig
 from roles.protocol import (
     CONTROLLER,
     BatchDone,
     FinalVersion,
+    ForwardsStopSignals,
     PromptBatch,
     Rollout,
     RolloutConfig,
     Routes,
-    SaveState,
+    SavesRandomStates,
     Schedule,
-    StateSaved,
     WeightsPushed,
 )
 from runtime import Actor, Backoff, Envelope, handles
@@ -101,7 +100,7 @@ def sampling_for(batch: PromptBatch, rollout: RolloutConfig) -> SamplingConfig:
     )
 
 
-class GeneratorActor(Actor):
+class GeneratorActor(ForwardsStopSignals, SavesRandomStates, Actor):
     def __init__(
         self, mailbox, rollout: RolloutConfig, *, schedule: Schedule, routes: Routes, engine, receiver, version: int = 0
     ):
@@ -131,14 +130,6 @@ class GeneratorActor(Actor):
         expected = self.version + len(self.announced) + 1  # the one its receives are posted for
         self.schedule.check_announcement(version, expected, f"generator {self.mailbox.role_table.index}")
         self.announced.append(version)
-
-    def on_preempt(self) -> None:
-        protocol.request_preemption(self.mailbox, self.routes)
-
-    @handles(SaveState)
-    def on_save_state(self, env: Envelope) -> None:
-        checkpoint.save_rng(env.msg.path, self.mailbox.role_table.rank)
-        self.mailbox.send(CONTROLLER, StateSaved(steps_done=env.msg.steps_done))
 
     @handles(FinalVersion)
     def on_final(self, env: Envelope) -> None:

@@ -55,8 +55,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from roles import checkpoint
 from roles.config.rollout import RolloutConfig
-from runtime import Address, Stop
+from runtime import Address, Stop, handles
 from transports.codec import message
 
 # --------------------------------------------------------------------------- purposes
@@ -329,6 +330,23 @@ def stop_everyone(mailbox, routes: Routes, final_version: int, reason: str = "fi
     if not routes.colocated:  # colocated ranks reload their own engine: nothing in flight
         mailbox.send_role(routes.generate_role, FinalVersion(version=final_version))
     mailbox.send_all(Stop(reason))
+
+
+class ForwardsStopSignals:
+    """Rule 6 for a rank that does not train (an Actor mixin): a stop signal goes on to the trainers."""
+
+    def on_preempt(self) -> None:
+        request_preemption(self.mailbox, self.routes)
+
+
+class SavesRandomStates:
+    """Rule 5 for a generator or reward rank (an Actor mixin): asked by the controller, it writes
+    its random states into the checkpoint and says so."""
+
+    @handles(SaveState)
+    def on_save_state(self, env) -> None:
+        checkpoint.save_rng(env.msg.path, self.mailbox.role_table.rank)
+        self.mailbox.send(CONTROLLER, StateSaved(steps_done=env.msg.steps_done))
 
 
 def request_preemption(mailbox, routes: Routes, signal: str = "") -> None:

@@ -15,13 +15,21 @@ import time
 
 import numpy as np
 
-from roles import checkpoint, protocol
 from roles.config.reward import RewardConfig
-from roles.protocol import CONTROLLER, TRAIN, EvalScored, Rollout, Routes, SaveState, Scored, StateSaved
+from roles.protocol import (
+    CONTROLLER,
+    TRAIN,
+    EvalScored,
+    ForwardsStopSignals,
+    Rollout,
+    Routes,
+    SavesRandomStates,
+    Scored,
+)
 from runtime import Actor, Envelope, handles
 
 
-class RewardActor(Actor):
+class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
     Config = RewardConfig  # the role map's reward: section
 
     def __init__(self, mailbox, routes: Routes, tokenizer, task, scorer):
@@ -91,14 +99,6 @@ class RewardActor(Actor):
                 zero_advantage_groups=int(len(set(r.rewards)) <= 1),
             ),
         )
-
-    def on_preempt(self) -> None:
-        protocol.request_preemption(self.mailbox, self.routes)
-
-    @handles(SaveState)
-    def on_save_state(self, env: Envelope) -> None:
-        checkpoint.save_rng(env.msg.path, self.mailbox.role_table.rank)
-        self.mailbox.send(CONTROLLER, StateSaved(steps_done=env.msg.steps_done))
 
     def on_stop(self, reason: str) -> None:
         self.scorer.close()
