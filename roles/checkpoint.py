@@ -136,7 +136,15 @@ def save_trainer_state(path: str | Path, model, optimizer, group) -> None:
     with _single_process_is_meant():
         dcp.save(
             {"model": model_state, "optim": optim_state},
-            checkpoint_id=str(Path(path) / "trainer"),
+            # Two writer threads overlap one file's serialization with another's writeback
+            # (0.67 s -> 0.51 s for a 25M model's state on one trainer, bench/checkpoint.py).
+            storage_writer=dcp.FileSystemWriter(Path(path) / "trainer", thread_count=2),
+            # A run's saves all have the same layout: reusing the first save's global plan
+            # spares later ones the coordinator's gather-plan-scatter round (0.76 s -> 0.55 s
+            # for two trainers at 25M). A changed plan is detected and planned afresh. The
+            # cache is per process, and the ranks decide from their own: all of the group must
+            # have saved the same times, so a single trainer (no group, no round) keeps none.
+            planner=dcp.DefaultSavePlanner(enable_plan_caching=group is not None),
             process_group=group,
             no_dist=group is None,
         )
