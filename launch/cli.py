@@ -94,7 +94,15 @@ def cmd_run(args) -> int:
         print(" ".join(added + [shlex.quote(c) for c in cmd]))
         return 0
     from launch.restarts import describe_failure, steps_reached
+    from roles.observe.progress import PROGRESS_ENV
     from runtime.preemption import EXIT_RESUMABLE
+
+    # The ranks' stdout is mpirun's pseudo-terminal whatever ours is: tell the controller
+    # whether a person is watching (a bar) or a log file is (plain lines), and how wide.
+    if PROGRESS_ENV not in env:
+        env[PROGRESS_ENV] = "bar" if sys.stdout.isatty() else "lines"
+        if sys.stdout.isatty():
+            env["COLUMNS"] = str(shutil.get_terminal_size().columns)
 
     if args.restarts and cfg.run.resume == "never":
         print("mpirl: warning: run.resume is never, so each restart starts the run afresh", file=sys.stderr)
@@ -162,6 +170,21 @@ def cmd_trace(args) -> int:
     return 0
 
 
+def cmd_report(args) -> int:
+    from launch.report import ReportError, write_report
+
+    run_dirs = [Path(d) for d in args.run_dirs]
+    # One run: the report goes beside its data; several: here, as it belongs to none of them.
+    out = Path(args.out) if args.out else (run_dirs[0] / "report" if len(run_dirs) == 1 else Path("report"))
+    try:
+        page = write_report(run_dirs, out)
+    except ReportError as e:
+        print(f"mpirl: report: {e}", file=sys.stderr)
+        return config.EXIT_CONFIG
+    print(page)
+    return 0
+
+
 def cmd_advise(args) -> int:
     from launch.advise import advise_from_run
 
@@ -210,6 +233,13 @@ def main(argv: list[str] | None = None) -> None:
     p = sub.add_parser("trace", help="write a Perfetto/Chrome trace and a PNG timeline of a run")
     p.add_argument("run_dir")
     p.set_defaults(fn=cmd_trace)
+
+    p = sub.add_parser("report", help="write figures and a Markdown page (report.md) for one or several runs")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a run's out folder (run.out); several compare")
+    p.add_argument(
+        "--out", metavar="DIR", help="where to write (default: RUN_DIR/report for one run, ./report for several)"
+    )
+    p.set_defaults(fn=cmd_report)
 
     p = sub.add_parser("advise", help="recommend ranks per role from a run's measured times")
     p.add_argument("run_dir")

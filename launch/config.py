@@ -18,6 +18,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 from roles.config.checkpoint import CheckpointConfig
 from roles.config.controller import ControllerConfig
 from roles.config.evaluation import EvalConfig
+from roles.config.observability import LoggingConfig
 from roles.config.reward import RewardConfig
 from roles.config.rollout import RolloutConfig
 from roles.config.trainer import TrainerConfig
@@ -140,6 +141,7 @@ class RoleMap(Section):
     eval: EvalConfig = EvalConfig()
     weights: WeightsConfig = WeightsConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
+    logging: LoggingConfig = LoggingConfig()
     run: ControllerConfig
 
     _task = field_validator("task", mode="before")(lambda cls, v: task_section(v))
@@ -208,6 +210,19 @@ class RoleMap(Section):
                 f"world.generator.batch_prompts ({g.batch_prompts}) exceeds "
                 f"rollout.prompts_per_step ({self.rollout.prompts_per_step})"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _logging_can_run(self) -> RoleMap:
+        from roles.observe.backends import check_backends
+
+        per_step = self.rollout.prompts_per_step * self.rollout.samples_per_prompt
+        if self.logging.samples_per_step > per_step:
+            raise ValueError(
+                f"logging.samples_per_step ({self.logging.samples_per_step}) exceeds the {per_step} "
+                "generations of a step (rollout.prompts_per_step x rollout.samples_per_prompt)"
+            )
+        check_backends(self.logging)  # a missing package, named now rather than at the first step
         return self
 
     # What the actors receive besides their own section: derived here, in one place.

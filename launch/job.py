@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -36,6 +36,14 @@ class Distributed:
     role_table: RoleTable
     mailbox: Mailbox
     train_group: object  # torch process group of the training ranks (None if just one)
+
+
+@dataclass
+class Preflight:
+    """What rank 0, the controller's rank, prepared before any rank did any work (launch/main.py)."""
+
+    data: object = None  # launch.data.PreparedData: the prompts
+    backends: list = field(default_factory=list)  # the started dashboards (roles.observe.backends)
 
 
 def setup_distributed(comm: MPI.Comm, roles_by_rank: list[str], train_role: str) -> Distributed:
@@ -57,8 +65,9 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def run_rank(cfg: RoleMap, config_path: str, data=None, resume=None) -> str | None:
-    """``data``: the controller's ``PreparedData`` (rank 0 prepared it before anything else);
+def run_rank(cfg: RoleMap, config_path: str, preflight: Preflight | None = None, resume=None) -> str | None:
+    """``preflight``: what rank 0 prepared for the controller before anything else (None: the
+    controller prepares it itself);
     ``resume``: the checkpoint to continue from (``launch.resume``), or None. Returns why the
     actor stopped ("finished", or ``runtime.PREEMPTED``)."""
     world = MPI.COMM_WORLD
@@ -73,7 +82,7 @@ def run_rank(cfg: RoleMap, config_path: str, data=None, resume=None) -> str | No
             from roles.checkpoint import load_rng
 
             load_rng(resume.path, dist.role_table.rank)  # a rank the checkpoint did not have keeps its seed
-        actor = build_actor(cfg, dist, data, resume)
+        actor = build_actor(cfg, dist, preflight, resume)
         t0 = time.perf_counter()
         actor.run()
         actor.spans.write(cfg.run.out)
@@ -83,7 +92,7 @@ def run_rank(cfg: RoleMap, config_path: str, data=None, resume=None) -> str | No
     return actor.stop_reason
 
 
-def build_actor(cfg: RoleMap, dist: Distributed, data=None, resume=None):
+def build_actor(cfg: RoleMap, dist: Distributed, preflight: Preflight | None = None, resume=None):
     """Steps 4-6 above."""
     from roles.weights import build_weight_transport
 
@@ -110,7 +119,7 @@ def build_actor(cfg: RoleMap, dist: Distributed, data=None, resume=None):
     build = _BUILDERS.get(table.role)
     if build is None:
         raise ValueError(f"unknown role {table.role!r}")
-    return build(cfg, dist, routes, schedule, policy, transport, data, resume)
+    return build(cfg, dist, routes, schedule, policy, transport, preflight, resume)
 
 
 def _generator_need():
@@ -119,16 +128,14 @@ def _generator_need():
     return Need()  # full weights: a vLLM engine splits them over its own devices itself
 
 
-def _controller(cfg, dist, routes, schedule, policy, transport, data, resume):
-    from launch.data import prepare_data
+def _controller(cfg, dist, routes, schedule, policy, transport, preflight, resume):
     from roles.controller import ControllerActor
+    from roles.observe.progress import Progress
 
-    data = data if data is not None else prepare_data(cfg)
+    preflight = preflight or prepare_controller(cfg, resume)
     progress = None
     if cfg.run.progress:
-        from tqdm import tqdm
-
-        progress = tqdm(total=cfg.run.steps, desc="mpirl steps", unit="step", dynamic_ncols=True)
+        progress = Progress(cfg.run.steps, schedule.resumed_at, every_s=cfg.logging.progress_every_s)
     return ControllerActor(
         dist.mailbox,
         cfg.run,
@@ -136,14 +143,29 @@ def _controller(cfg, dist, routes, schedule, policy, transport, data, resume):
         evaluation=cfg.eval,
         routes=routes,
         schedule=schedule,
-        prompts=data.train_prompts,
-        eval_prompts=data.eval_prompts,
-        data_stats=data.stats,
+        prompts=preflight.data.train_prompts,
+        eval_prompts=preflight.data.eval_prompts,
+        data_stats=preflight.data.stats,
         batch_prompts=cfg.world.generator.batch_prompts,
         progress=progress,
+        backends=preflight.backends,
         checkpoints=cfg.checkpoints(),  # every_steps 0: only on a stop signal
         resume=resume,
     )
+
+
+def prepare_controller(cfg: RoleMap, resume=None) -> Preflight:
+    """The controller's inputs: the prompts, and its dashboards started (a failure to start one
+    is a ``BackendError``). On rank 0, before any other rank does any work."""
+    from pathlib import Path
+
+    from launch.data import prepare_data
+    from roles.observe.backends import open_backends
+
+    data = prepare_data(cfg)
+    resumed_at = resume.steps_done if resume is not None else 0
+    backends = open_backends(cfg.logging, Path(cfg.run.out), cfg.model_dump(mode="json"), resumed_at)
+    return Preflight(data=data, backends=backends)
 
 
 def _engine(cfg, dist, module=None):
@@ -158,7 +180,7 @@ def _engine(cfg, dist, module=None):
     )
 
 
-def _generator(cfg, dist, routes, schedule, policy, transport, data, resume):
+def _generator(cfg, dist, routes, schedule, policy, transport, preflight, resume):
     from roles.generator import GeneratorActor
 
     # After a resume the engine's weights are placeholders, one version short of the trainers'
@@ -175,7 +197,7 @@ def _generator(cfg, dist, routes, schedule, policy, transport, data, resume):
     )
 
 
-def _reward(cfg, dist, routes, schedule, policy, transport, data, resume):
+def _reward(cfg, dist, routes, schedule, policy, transport, preflight, resume):
     from transformers import AutoTokenizer
 
     from roles.reward import RewardActor
@@ -185,7 +207,15 @@ def _reward(cfg, dist, routes, schedule, policy, transport, data, resume):
     # The same task as the controller's (same config, same seed): answers are found by id.
     task = build_task(cfg.task, seed=cfg.run.seed)
     scorer = RewardSandbox(cfg.reward.component_specs(), cfg.reward.timeout_s, workers=cfg.reward.workers)
-    return RewardActor(dist.mailbox, routes, AutoTokenizer.from_pretrained(cfg.model.path), task, scorer)
+    return RewardActor(
+        dist.mailbox,
+        routes,
+        AutoTokenizer.from_pretrained(cfg.model.path),
+        task,
+        scorer,
+        prompts_per_step=cfg.rollout.prompts_per_step,
+        shown_per_step=cfg.logging.samples_per_step,
+    )
 
 
 def _training_args(cfg, dist, routes, schedule, policy, resume) -> dict:
@@ -203,7 +233,7 @@ def _training_args(cfg, dist, routes, schedule, policy, resume) -> dict:
     )
 
 
-def _trainer(cfg, dist, routes, schedule, policy, transport, data, resume):
+def _trainer(cfg, dist, routes, schedule, policy, transport, preflight, resume):
     from roles.trainer import TrainerActor
 
     return TrainerActor(
@@ -211,7 +241,7 @@ def _trainer(cfg, dist, routes, schedule, policy, transport, data, resume):
     )
 
 
-def _colocated(cfg, dist, routes, schedule, policy, transport, data, resume):
+def _colocated(cfg, dist, routes, schedule, policy, transport, preflight, resume):
     from roles.colocated import ColocatedActor, LocalEngineSync
 
     # The torch engine samples with the trained module itself; vLLM needs a reload.

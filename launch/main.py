@@ -42,19 +42,21 @@ def main(argv: list[str] | None = None) -> None:
 
     # The data next, on rank 0 only (it feeds the prompts); its verdict reaches every rank
     # before any of them starts collective work, so a bad file stops all of them alike.
-    # The checkpoint to resume from is found (and checked against the role map) the same way.
-    data, resume, problem = None, None, None
+    # The checkpoint to resume from is found (and checked against the role map) the same way,
+    # and the dashboards started: one that cannot start is a config error before any work.
+    preflight, resume, problem = None, None, None
     if world.Get_rank() == 0:
-        from launch.data import prepare_data
+        from launch.job import prepare_controller
         from launch.resume import find_resume
+        from roles.observe.backends import BackendError
 
         try:
-            data = prepare_data(cfg)
-            print(f"mpirl: {data.describe(cfg.task.name)}", flush=True)
             resume = find_resume(cfg)
+            preflight = prepare_controller(cfg, resume)
+            print(f"mpirl: {preflight.data.describe(cfg.task.name)}", flush=True)
             if resume is not None:
                 print(f"mpirl: resuming from {resume.path} ({resume.steps_done} steps done)", flush=True)
-        except config.ConfigError as e:
+        except (config.ConfigError, BackendError) as e:
             problem = (EXIT_CONFIG, str(e))
         except Exception:  # noqa: BLE001 - a crash here must still release the other ranks
             import traceback
@@ -73,7 +75,7 @@ def main(argv: list[str] | None = None) -> None:
     from launch.job import run_rank
     from runtime.preemption import EXIT_RESUMABLE, exit_code_of
 
-    code = exit_code_of(run_rank(cfg, args.config, data, resume))
+    code = exit_code_of(run_rank(cfg, args.config, preflight, resume))
     if code == EXIT_RESUMABLE:
         # A generator may hold a weight receive posted for a version the stopped trainers will
         # never send (gloo cannot cancel one). Python's finalization would tear its waiting

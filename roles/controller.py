@@ -27,6 +27,7 @@ from roles import checkpoint, protocol
 from roles.checkpoint import CheckpointPlan, Resume
 from roles.config.controller import ControllerConfig
 from roles.evaluation import EvalConfig, EvalRound
+from roles.observe.run_log import RunLog
 from roles.prompt_stream import PromptStream
 from roles.protocol import (
     EVAL_GREEDY,
@@ -63,6 +64,7 @@ class ControllerActor(ForwardsStopSignals, Actor):
         data_stats: dict | None = None,
         batch_prompts: int = 0,
         progress=None,
+        backends=(),
         checkpoints: CheckpointPlan | None = None,
         resume: Resume | None = None,
     ):
@@ -70,6 +72,8 @@ class ControllerActor(ForwardsStopSignals, Actor):
         the same for the examples an eval round sends (in order). ``data_stats``: counts of
         the data as prepared (examples, prompts left out for length), logged with each step.
         ``batch_prompts``: prompts per generation batch (0: an equal share of a step per generator).
+        ``progress``: a ``roles.observe.progress.Progress``; ``backends``: the dashboards it feeds
+        (``roles.observe.backends``, started before any work).
         ``checkpoints``: where checkpoints go (``schedule`` says when); ``resume``: the checkpoint
         this run continues from (its steps, data position and counters; metrics past it dropped)."""
         super().__init__(mailbox)
@@ -90,13 +94,11 @@ class ControllerActor(ForwardsStopSignals, Actor):
         self.gen = collections.defaultdict(collections.Counter)
         self.scored = collections.defaultdict(collections.Counter)
         self.components = collections.defaultdict(collections.Counter)  # per step: label -> sum
+        self.shown = collections.defaultdict(list)  # per step: the generations shown (samples.jsonl)
+        self._steps_done: dict[int, tuple] = {}  # step -> (StepDone, when it came): waiting for notices
         self.out = Path(config.out)
-        self.out.mkdir(parents=True, exist_ok=True)
-        self.progress = progress
-        self.history: list[dict] = []
         self.last_pushed = 0  # newest weight version the trainer has sent to generators
         self.eval_rounds: dict[int, EvalRound] = {}  # in flight
-        self.evals: list[dict] = []  # finished rounds' records
         self.next_eval_round = 0
         self.next_eval_group = 0
         self.finishing = False  # the last step is done; waiting for the final eval
@@ -105,12 +107,18 @@ class ControllerActor(ForwardsStopSignals, Actor):
         self._saving: dict | None = None  # the checkpoint being completed: steps, ranks to hear from
         self._finish_after_save = False
         self._stop_reason = "finished"  # or PREEMPTED: the trainers checkpointed on a signal
+        self._summary = None  # summary.json's figures, once written
         if evaluation.enabled and not self.eval_prompts:
             raise ValueError("eval is set but there are no eval prompts (the task's eval split is empty)")
+        self.log = RunLog(
+            self.out,
+            evaluation=evaluation.enabled,
+            resumed_at=resume.steps_done if resume is not None else None,
+            backends=backends,
+            progress=progress,
+        )
+        self.history, self.evals = self.log.history, self.log.evals  # the metrics and eval lines so far
         elapsed_before = self._resume(resume) if resume is not None else 0.0
-        mode = "a" if resume is not None else "w"
-        self.metrics_file = open(self.out / "metrics.jsonl", mode)
-        self.eval_file = open(self.out / "eval.jsonl", mode) if evaluation.enabled else None
         self.t_start = time.perf_counter() - elapsed_before  # elapsed_s continues over a resume
         self.t_last_step = time.perf_counter()
         if checkpoints is not None:
@@ -130,8 +138,8 @@ class ControllerActor(ForwardsStopSignals, Actor):
         return {"stream": self.stream.position(), "next_batch_id": self.next_batch_id}
 
     def _resume(self, resume: Resume) -> float:
-        """Continue from ``resume``: counters and data position as of its last trained step;
-        metrics and eval lines past it dropped. Returns the run's elapsed seconds at that step."""
+        """Continue from ``resume``: counters and data position as of its last trained step
+        (the run log dropped the lines past it). Returns the run's elapsed seconds at that step."""
         state = resume.controller_state()
         steps = resume.steps_done
         self.stream.restore(state["position"]["stream"])
@@ -140,10 +148,7 @@ class ControllerActor(ForwardsStopSignals, Actor):
         self.trainer_version = self.next_step_to_send = steps
         # The trainers push the checkpoint's version first (if it is pushed at all).
         self.last_pushed = min(steps, self.schedule.last_pushed_version)
-        self.history = checkpoint.keep_jsonl(self.out / "metrics.jsonl", lambda r: r["step"] < steps)
-        if self.evaluation.enabled:
-            self.evals = checkpoint.keep_jsonl(self.out / "eval.jsonl", lambda r: r["policy_version"] <= steps)
-            self.next_eval_round = len(self.evals)
+        self.next_eval_round = len(self.evals)
         return self.history[-1]["elapsed_s"] if self.history else 0.0
 
     def _eval_due(self, version: int) -> bool:
@@ -176,8 +181,7 @@ class ControllerActor(ForwardsStopSignals, Actor):
     def _end_checkpoint(self) -> None:
         final = self.checkpoints.finalize(self._saving["steps"])
         self._saving = None
-        if self.progress is not None:
-            self.progress.write(f"checkpoint: {final}")
+        self.log.write(f"checkpoint: {final}")
         if self._finish_after_save:
             self._finish()
 
@@ -261,14 +265,7 @@ class ControllerActor(ForwardsStopSignals, Actor):
         if not rnd.done:
             return
         del self.eval_rounds[m.eval_round]
-        record = {**rnd.metrics(), "elapsed_s": time.perf_counter() - self.t_start}
-        self.evals.append(record)
-        self.eval_file.write(json.dumps(record) + "\n")
-        self.eval_file.flush()
-        if self.progress is not None:
-            self.progress.write(
-                f"eval {record['eval_round']} (version {record['policy_version']}): pass@1 {record['pass@1']:.3f}"
-            )
+        self.log.eval({**rnd.metrics(), "elapsed_s": time.perf_counter() - self.t_start})
         if self.finishing and not self.eval_rounds:
             self._finish()
 
@@ -288,6 +285,8 @@ class ControllerActor(ForwardsStopSignals, Actor):
         c["weight_syncs"] += m.weight_syncs
         c["gen_tokens"] += m.tokens
         c["batches"] += 1
+        c["groups"] += m.groups
+        self._log_finished_steps()
 
     @handles(Scored)
     def on_scored(self, env: Envelope) -> None:
@@ -300,13 +299,34 @@ class ControllerActor(ForwardsStopSignals, Actor):
             c[key] += getattr(m, key)
         c["length_max"] = max(c["length_max"], m.length_max)
         self.components[m.step].update(m.components)
+        self.shown[m.step].extend(m.shown)
+        self._log_finished_steps()
 
     @handles(StepDone)
     def on_step_done(self, env: Envelope) -> None:
         m: StepDone = env.msg
-        now = time.perf_counter()
         self.trainer_version = m.version
         self.last_pushed = max(self.last_pushed, int(m.metrics.get("pushed_version", 0)))
+        self._steps_done[m.step] = (m, time.perf_counter())
+        self._log_finished_steps()
+
+    def _log_finished_steps(self) -> None:
+        """Act on each finished step, in order, once every notice about it is in.
+
+        A step's notices come from three ranks: the generators' BatchDone, the reward ranks'
+        Scored, the trainer's StepDone. Nothing orders messages from different senders, so the
+        trainer's StepDone may overtake the last Scored of its own groups; the step is logged
+        (and acted on) only when all its groups have been reported by both, so its line is
+        complete and no late notice is left over.
+        """
+        P = self.rollout.prompts_per_step
+        while (step := len(self.history)) in self._steps_done and self.running:
+            if self.gen[step]["groups"] < P or self.scored[step]["groups"] < P:
+                return
+            self._step_finished(*self._steps_done.pop(step))
+
+    def _step_finished(self, m: StepDone, now: float) -> None:
+        """Step ``m.step``'s line; then its checkpoint, eval, the run's end, or the next prompts."""
         gen, scored = self.gen.pop(m.step, {}), self.scored.pop(m.step, {})
         record = {
             "step": m.step,
@@ -332,18 +352,13 @@ class ControllerActor(ForwardsStopSignals, Actor):
             "trainer": m.metrics,
         }
         self.t_last_step = now
-        self.metrics_file.write(json.dumps(record) + "\n")
-        self.metrics_file.flush()
-        self.history.append(record)
-        if self.progress is not None:
-            self.progress.update(1)
-            self.progress.set_postfix(reward=f"{record['reward_mean']:.3f}", v=m.version)
+        shown = sorted(self.shown.pop(m.step, []), key=lambda r: (r["sample"], r["group_id"]))
+        self.log.step(record, shown)
         preempted = bool(m.metrics.get("preempted"))
         if self.checkpoints is not None and (preempted or self.schedule.checkpoint_due(m.step + 1)):
             self._begin_checkpoint(m.step + 1)
         if preempted and m.step + 1 < self.schedule.steps:
-            if self.progress is not None:
-                self.progress.write(f"preempted: stopping after step {m.step} with a checkpoint")
+            self.log.write(f"preempted: stopping after step {m.step} with a checkpoint")
             self._stop_reason = PREEMPTED
             self._finish()
             return
@@ -404,6 +419,7 @@ class ControllerActor(ForwardsStopSignals, Actor):
             summary["eval_first"], summary["eval_last"] = self.evals[0], self.evals[-1]
             summary["eval"] = self.evals
         (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
+        self._summary = summary
 
     def _busy_fractions(self, gen, scored, trainer: dict, step_s: float) -> dict[str, float]:
         """Share of each role's rank-time this step spent working on the step's data.
@@ -424,8 +440,5 @@ class ControllerActor(ForwardsStopSignals, Actor):
         return {k: round(v, 4) for k, v in busy.items()}
 
     def on_stop(self, reason: str) -> None:
-        self.metrics_file.close()
-        if self.eval_file is not None:
-            self.eval_file.close()
-        if self.progress is not None:
-            self.progress.close()
+        # The summary line only for a run that finished (not one preempted or stopped by a failure).
+        self.log.close(self._summary if reason == "finished" else None)

@@ -150,6 +150,9 @@ class Scored:
     length_max: int = 0
     clipped: int = 0  # responses cut at max_new_tokens (finish reason "length")
     zero_advantage_groups: int = 0  # groups whose samples all scored the same
+    # The generations shown from these groups (logging.samples_per_step; roles.observe.samples):
+    # samples.jsonl lines, decoded here because the reward rank has the text.
+    shown: list[dict] = field(default_factory=list)
 
 
 @message

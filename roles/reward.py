@@ -16,6 +16,7 @@ import time
 import numpy as np
 
 from roles.config.reward import RewardConfig
+from roles.observe.samples import shown_record, shown_samples
 from roles.protocol import (
     CONTROLLER,
     TRAIN,
@@ -32,14 +33,18 @@ from runtime import Actor, Envelope, handles
 class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
     Config = RewardConfig  # the role map's reward: section
 
-    def __init__(self, mailbox, routes: Routes, tokenizer, task, scorer):
+    def __init__(self, mailbox, routes: Routes, tokenizer, task, scorer, *, prompts_per_step=1, shown_per_step=0):
         """``scorer``: a ``RewardSandbox`` (``score(items) -> results``, ``close()``) built from
-        this rank's ``RewardActor.Config``; ``task``: the run's task, where answers are found by id."""
+        this rank's ``RewardActor.Config``; ``task``: the run's task, where answers are found by id.
+        ``shown_per_step``: generations per step to show (``logging.samples_per_step``), picked
+        by ``roles.observe.samples`` from each group's position among ``prompts_per_step``."""
         super().__init__(mailbox)
         self.routes = routes
         self.tokenizer = tokenizer
         self.task = task
         self.scorer = scorer
+        self.prompts_per_step = prompts_per_step
+        self.shown_per_step = shown_per_step
 
     @handles(Rollout)
     def on_rollout(self, env: Envelope) -> None:
@@ -97,8 +102,34 @@ class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
                 length_max=int(max(lengths, default=0)),
                 clipped=clipped,
                 zero_advantage_groups=int(len(set(r.rewards)) <= 1),
+                shown=self._shown(r, texts, results),
             ),
         )
+
+    def _shown(self, r: Rollout, texts: list[str], results) -> list[dict]:
+        """The samples of this group that ``logging.samples_per_step`` shows, as samples.jsonl lines."""
+        if not self.shown_per_step:
+            return []
+        position = r.group_id - r.step * self.prompts_per_step
+        picked = shown_samples(position, self.prompts_per_step, len(texts), self.shown_per_step)
+        if not picked:
+            return []
+        prompt = self.tokenizer.decode(np.asarray(r.prompt_ids).tolist(), skip_special_tokens=True)
+        return [
+            shown_record(
+                step=r.step,
+                example_id=r.example_id,
+                group_id=r.group_id,
+                sample=k,
+                prompt=prompt,
+                response=texts[k],
+                reward=r.rewards[k],
+                components=results[k].components,
+                version=r.policy_version,
+                finish=r.finish_reasons[k],
+            )
+            for k in picked
+        ]
 
     def on_stop(self, reason: str) -> None:
         self.scorer.close()

@@ -134,7 +134,19 @@ def _scored_eval(ctl, batch: PromptBatch, correct_of):
         )
 
 
-def _train_step(ctl, step, version):
+def _batch_done(ctl, step, version, groups=4):
+    ctl.on_batch_done(
+        Envelope(
+            ("generator", 0),
+            BatchDone(
+                batch_id=step, step=step, groups=groups, tokens=40, policy_version=version - 1,
+                generate_s=0.3, wait_s=0.0, weight_load_s=0.01, weight_syncs=1,
+            ),
+        )
+    )  # fmt: skip
+
+
+def _scored(ctl, step):
     ctl.on_scored(
         Envelope(
             ("reward", 0),
@@ -155,6 +167,9 @@ def _train_step(ctl, step, version):
             ),
         )
     )
+
+
+def _step_done(ctl, step, version):
     ctl.on_step_done(
         Envelope(
             ("trainer", 0),
@@ -171,6 +186,13 @@ def _train_step(ctl, step, version):
             ),
         )
     )
+
+
+def _train_step(ctl, step, version):
+    """One step's notices in their usual order: the batch, its scores, then the trainer's."""
+    _batch_done(ctl, step, version)
+    _scored(ctl, step)
+    _step_done(ctl, step, version)
 
 
 def test_eval_rounds_are_sent_tagged_and_their_figures_computed(tmp_path, base_config):
@@ -268,7 +290,8 @@ def test_step_metrics_from_the_reward_notices(tmp_path, base_config):
             ),
         )
     )
-    _train_step(ctl, 0, 1)
+    _scored(ctl, 0)
+    _step_done(ctl, 0, 1)
     rec = ctl.history[0]
     assert rec["generation_s"] == 0.5
     assert rec["correct_mean"] == pytest.approx(3 / 8)
@@ -291,3 +314,24 @@ def test_no_eval_means_no_final_push_and_a_plain_stop(tmp_path, base_config):
 def test_eval_without_eval_prompts_is_refused(tmp_path, base_config):
     with pytest.raises(ValueError, match="no eval prompts"):
         _controller(tmp_path, base_config, eval_cfg={"every_steps": 1}, n_eval=0)
+
+
+def test_a_step_is_logged_once_every_notice_about_it_is_in(tmp_path, base_config):
+    """The trainer's StepDone can overtake the reward rank's Scored (different senders): the
+    line waits for it, so no figure is lost and the next step is not logged first."""
+    ctl, mb, _ = _controller(tmp_path, base_config, steps=3)
+    _batch_done(ctl, 0, 1, groups=2)  # half the step's groups so far
+    _step_done(ctl, 0, 1)
+    _scored(ctl, 0)
+    assert ctl.history == []  # the other half of the groups is still unreported by the generator
+    _batch_done(ctl, 0, 1, groups=2)
+    assert [r["step"] for r in ctl.history] == [0]
+    assert ctl.history[0]["reward_s"] == 0.1 and ctl.history[0]["generation_s"] == 0.6
+    # Step 1: its StepDone before its Scored.
+    _batch_done(ctl, 1, 2)
+    _step_done(ctl, 1, 2)
+    assert len(ctl.history) == 1 and ctl.trainer_version == 2  # the gate moved on at once
+    _scored(ctl, 1)
+    assert [r["step"] for r in ctl.history] == [0, 1] and ctl.history[1]["correct_mean"] == 3.0 / 8
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == [0, 1]

@@ -3,7 +3,7 @@
 1. builds a 0.66M-parameter Llama and a character tokenizer (no download),
 2. warm-starts it with a short supervised phase on a quarter of the training pairs,
 3. runs asynchronous RL with AIPO through mpirun (controller, generator, reward, trainer),
-4. prints a summary and writes runs/<name>/summary.json.
+4. prints a summary, writes runs/<name>/summary.json and a report (runs/<name>/report/report.md).
 """
 
 from __future__ import annotations
@@ -79,6 +79,9 @@ def main() -> None:
     print(f"   training reward    {first:.3f} -> {last:.3f}  (mean of first / last 10 steps)")
     print(f"   {len(metrics)} steps in {job_s:.1f} s of RL, {summary['wall_s']:.1f} s in all")
     print(f"   metrics: {out / 'metrics.jsonl'}   summary: {out / 'summary.json'}")
+    from launch.report import write_report
+
+    print(f"   report:  {write_report([out], out / 'report')}  (curves: mpirl report {out})")
 
 
 if __name__ == "__main__":
