@@ -94,15 +94,13 @@ def cmd_run(args) -> int:
         print(" ".join(added + [shlex.quote(c) for c in cmd]))
         return 0
     from launch.restarts import describe_failure, steps_reached
-    from roles.observe.progress import PROGRESS_ENV
+    from roles.observe.progress import PROGRESS_ENV, launcher_env
     from runtime.preemption import EXIT_RESUMABLE
 
     # The ranks' stdout is mpirun's pseudo-terminal whatever ours is: tell the controller
     # whether a person is watching (a bar) or a log file is (plain lines), and how wide.
     if PROGRESS_ENV not in env:
-        env[PROGRESS_ENV] = "bar" if sys.stdout.isatty() else "lines"
-        if sys.stdout.isatty():
-            env["COLUMNS"] = str(shutil.get_terminal_size().columns)
+        env.update(launcher_env())
 
     if args.restarts and cfg.run.resume == "never":
         print("mpirl: warning: run.resume is never, so each restart starts the run afresh", file=sys.stderr)

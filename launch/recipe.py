@@ -19,6 +19,7 @@ import yaml
 
 from launch import config as config_lib
 from launch.cli import mpiexec_command
+from roles.observe.progress import PROGRESS_ENV, launcher_env
 
 
 def write_config(base_config: str | Path, out_dir: str | Path, overrides: dict) -> Path:
@@ -50,6 +51,8 @@ def run_job(
     cfg = config_lib.load(config_path)
     cmd, env = mpiexec_command(cfg.world.size, [sys.executable, "-m", "launch", str(config_path)])
     env.setdefault("OMP_NUM_THREADS", "1")
+    if not quiet and PROGRESS_ENV not in env:  # a bar if our stdout is a terminal (see roles.observe.progress)
+        env.update(launcher_env())
     repo = str(Path(__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in [repo, env.get("PYTHONPATH", "")] if p)
     env.update(extra_env or {})

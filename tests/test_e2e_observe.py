@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -90,3 +93,22 @@ def test_a_dashboard_that_cannot_start_stops_the_job_before_any_work(tmp_path, s
     assert "config error" in done.stderr and "logging.tensorboard: could not start" in done.stderr
     assert "Traceback" not in done.stderr + done.stdout
     assert not (out / "metrics.jsonl").exists()  # no step ran
+
+
+@pytest.mark.skipif(shutil.which("script") is None, reason="needs util-linux's script (a pseudo-terminal)")
+def test_mpirl_run_at_a_terminal_draws_a_bar(tmp_path, sft_model):  # noqa: F811
+    """mpirun gives the ranks a pty of no size whatever its own stdout is; `mpirl run` tells
+    the controller that a person is watching, and the bar is drawn (redrawn with \\r)."""
+    out = tmp_path / "run"
+    cfg_path = recipe.write_config(
+        CONFIG, out, {"model": {"path": str(sft_model)}, "run": {"out": str(out), "steps": 4, "progress": True}}
+    )
+    command = f"{shlex.quote(sys.executable)} -m launch.cli run {shlex.quote(str(cfg_path))}"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    env.pop("MPIRL_PROGRESS", None)
+    done = subprocess.run(["script", "-qec", command, "/dev/null"], env=env, capture_output=True, timeout=JOB_TIMEOUT_S)
+    text = done.stdout.decode(errors="replace")  # bytes: universal newlines would hide the \r
+    assert done.returncode == 0, text[-3000:]
+    frames = [f for f in text.replace("\r\n", "\n").split("\r") if "mpirl:" in f and "/4 [" in f]
+    assert len(frames) >= 2 and "4/4" in frames[-1] and "reward" in frames[-1], text[-2000:]
+    assert "mpirl: step " not in text  # a bar, not the log file's plain lines

@@ -12,7 +12,7 @@ from roles.config.observability import LoggingConfig
 from roles.observe import backends as backends_lib
 from roles.observe.backends import BackendError, open_backends, samples_markdown
 from roles.observe.metric_names import eval_scalars, step_scalars
-from roles.observe.progress import Progress, progress_mode
+from roles.observe.progress import Progress, launcher_env, progress_mode
 from roles.observe.run_log import RunLog
 from roles.observe.samples import shown_samples
 
@@ -147,6 +147,10 @@ def test_the_progress_mode_follows_the_launcher():
     assert progress_mode(Terminal(), {"OMPI_COMM_WORLD_SIZE": "4"}) == "lines"
     assert progress_mode(io.StringIO(), {"OMPI_COMM_WORLD_SIZE": "4", "MPIRL_PROGRESS": "bar"}) == "bar"
     assert progress_mode(Terminal(), {"MPIRL_PROGRESS": "lines"}) == "lines"
+    # What a launcher passes on: its own stdout decides.
+    assert launcher_env(io.StringIO()) == {"MPIRL_PROGRESS": "lines"}
+    told = launcher_env(Terminal())
+    assert told["MPIRL_PROGRESS"] == "bar" and int(told["COLUMNS"]) > 0
 
 
 def test_a_resumed_runs_progress_starts_at_its_checkpoint():

@@ -164,14 +164,10 @@ def reward_png(runs: list[Run], path: Path) -> Path | None:
         ax.set_xlabel(xlabel)
         ax.set_ylabel("reward / pass@1")
         ax.grid(alpha=0.3)
-        style_legend(
-            ax,
-            [
-                ("train reward (moving avg.)", {"lw": 1.8}),
-                ("train reward (raw)", {"lw": 0.8, "alpha": 0.4}),
-                ("eval pass@1", {"marker": "o", "ls": "--", "lw": 1}),
-            ],
-        )
+        styles = [("train reward (moving avg.)", {"lw": 1.8}), ("train reward (raw)", {"lw": 0.8, "alpha": 0.4})]
+        if has(runs, "pass@1", "evals"):  # the marker's entry only where there are markers
+            styles.append(("eval pass@1", {"marker": "o", "ls": "--", "lw": 1}))
+        style_legend(ax, styles)
     run_legend(fig, runs)
     return save(fig, path)
 

@@ -23,6 +23,17 @@ import time
 PROGRESS_ENV = "MPIRL_PROGRESS"  # bar | lines: set by `mpirl run` from its own stdout
 
 
+def launcher_env(stream=None) -> dict[str, str]:
+    """What a launcher (``mpirl run``, the demos) tells the job about its own stdout, for
+    ``progress_mode``: a bar for a terminal (and its width), plain lines for anything else."""
+    import shutil
+
+    stream = stream if stream is not None else sys.stdout
+    if hasattr(stream, "isatty") and stream.isatty():
+        return {PROGRESS_ENV: "bar", "COLUMNS": str(shutil.get_terminal_size().columns)}
+    return {PROGRESS_ENV: "lines"}
+
+
 def progress_mode(stream, environ=os.environ) -> str:
     """``bar`` or ``lines`` for a controller writing to ``stream`` (see the module's docstring)."""
     asked = environ.get(PROGRESS_ENV, "").strip().lower()
