@@ -261,11 +261,21 @@ class RoleMap(Section):
 # ------------------------------------------------------------------------- loading
 
 
+def _location_part(p) -> str:
+    """One step of a field's location: ``.name``, ``[index]``, or a key no name looks like, quoted
+    (an empty key, one with spaces or dots: ``run.'': unknown key`` must not read as ``run.:``)."""
+    if isinstance(p, int):
+        return f"[{p}]"
+    if isinstance(p, str) and re.fullmatch(r"[A-Za-z_][\w@-]*", p):
+        return f".{p}"
+    return f".{p!r}"
+
+
 def _format(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
         # Checks across sections have no location: their message starts with the field.
-        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"]).lstrip(".")
+        where = "".join(_location_part(p) for p in e["loc"]).lstrip(".")
         if not where:
             lines.append(e["msg"].removeprefix("Value error, "))
         elif e["type"] == "extra_forbidden":
@@ -312,15 +322,69 @@ def load_yaml(text: str) -> Any:
     return yaml.load(text, Loader=_YamlLoader)
 
 
+# A role map is a page of YAML. These bounds refuse what no role map needs, before it can
+# cost minutes or gigabytes: a huge file, nesting that would exhaust the parser's stack, and
+# aliases that expand into far more values than the text holds (a "billion laughs").
+MAX_FILE_BYTES = 1 << 20
+MAX_DEPTH = 32
+MAX_VALUES = 100_000
+
+
 def load(path: str | Path) -> RoleMap:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"no role-map file at {str(path)!r}")
+    return parse(read_yaml_file(path), str(path))
+
+
+def read_yaml_file(path: Path) -> Any:
+    """The YAML document of the role-map file at ``path``, or a ConfigError saying what is wrong."""
     try:
-        data = load_yaml(path.read_text())
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise ConfigError(
+                f"{path}: is {size} bytes; a role map is at most {MAX_FILE_BYTES} (is it the right file?)"
+            )
+        raw = path.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot be read: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: is not UTF-8 text (byte {e.start} is {raw[e.start]:#04x})") from None
+    try:
+        data = load_yaml(text)
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
-    return parse(data, str(path))
+        raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(e)}") from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be a role map") from None
+    _check_size(data, str(path))
+    return data
+
+
+def _yaml_problem(e: yaml.YAMLError) -> str:
+    """PyYAML's error on one line: what, and where (its own text spans several, with excerpts)."""
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    mark = getattr(e, "problem_mark", None)
+    context = getattr(e, "context", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{problem}{where}" + (f" ({context})" if context else "")
+
+
+def _check_size(data: Any, source: str) -> None:
+    """Refuse nesting deeper than MAX_DEPTH and more than MAX_VALUES values once aliases are
+    expanded (each alias counts every value it stands for, as validation would visit them)."""
+    seen, stack = 0, [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        seen += 1
+        if seen > MAX_VALUES:
+            raise ConfigError(f"{source}: expands to more than {MAX_VALUES} values (YAML aliases?); not a role map")
+        if isinstance(value, dict | list):
+            if depth > MAX_DEPTH:
+                raise ConfigError(f"{source}: nested more than {MAX_DEPTH} levels deep; not a role map")
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            stack.extend((item, depth + 1) for _, item in items)
 
 
 def check_world_size(cfg: RoleMap, size: int, source: str = "<config>") -> None:
@@ -330,6 +394,17 @@ def check_world_size(cfg: RoleMap, size: int, source: str = "<config>") -> None:
             f"{source}: world: the role map asks for {cfg.world.size} ranks ({parts}) "
             f"but the job has {size}; run it with mpirun -n {cfg.world.size}"
         )
+
+
+def rank_ranges(cfg: RoleMap) -> str:
+    """Which ranks play which role, in one line however many ranks (``0 controller, 1-8
+    generator, ...``): printed at launch, so a rank that Open MPI reports killed is named."""
+    parts, start = [], 0
+    for role, n in cfg.world.counts().items():
+        if n:
+            parts.append(f"{start}{f'-{start + n - 1}' if n > 1 else ''} {role}")
+            start += n
+    return ", ".join(parts)
 
 
 def rank_table(cfg: RoleMap) -> str:

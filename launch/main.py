@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> None:
         try:
             resume = find_resume(cfg)
             preflight = prepare_controller(cfg, resume)
+            print(f"mpirl: ranks {config.rank_ranges(cfg)}", flush=True)
             print(f"mpirl: {preflight.data.describe(cfg.task.name)}", flush=True)
             if resume is not None:
                 print(f"mpirl: resuming from {resume.path} ({resume.steps_done} steps done)", flush=True)

@@ -153,8 +153,13 @@ def save_trainer_state(path: str | Path, model, optimizer, group) -> None:
 def inject_fault(where: str, steps_done: int) -> None:
     """Fail here if ``MPIRL_INJECT_FAULT`` is ``where:steps_done`` (the failure tests' hook: a crash
     at a chosen point of a chosen checkpoint, on every rank that reaches it)."""
-    if os.environ.get("MPIRL_INJECT_FAULT") == f"{where}:{steps_done}":
+    if fault_injected(where, steps_done):
         raise RuntimeError(f"fault injected at {where} of checkpoint {steps_done} (MPIRL_INJECT_FAULT)")
+
+
+def fault_injected(where: str, at: int) -> bool:
+    """Whether ``MPIRL_INJECT_FAULT`` asks for the fault ``where`` at ``at`` (a step, a checkpoint)."""
+    return os.environ.get("MPIRL_INJECT_FAULT") == f"{where}:{at}"
 
 
 def load_trainer_state(path: str | Path, model, optimizer, group) -> None:

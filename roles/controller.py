@@ -349,6 +349,7 @@ class ControllerActor(ForwardsStopSignals, Actor):
             "busy": self._busy_fractions(gen, scored, m.metrics, now - self.t_last_step),
             "elapsed_s": now - self.t_start,
             "checkpoint_save_s": m.metrics.get("checkpoint_save_s"),
+            "nonfinite_skipped": int(m.metrics.get("nonfinite_skipped", 0)),  # the update was not applied
             "trainer": m.metrics,
         }
         self.t_last_step = now

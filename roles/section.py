@@ -13,7 +13,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True, strict=True)
+    # allow_inf_nan=False: `.inf` and `.nan` are YAML floats, and no setting here means either
+    # (an infinite learning rate, a NaN timeout); refused wherever a float is read.
+    model_config = ConfigDict(extra="forbid", validate_default=True, strict=True, allow_inf_nan=False)
 
 
 def field_error(loc: tuple, message: str, value) -> ValidationError:

@@ -15,6 +15,7 @@ term reads the frozen reference model that ``roles.weights`` loads when ``kl_coe
 from __future__ import annotations
 
 import collections
+import math
 import time
 
 import numpy as np
@@ -249,6 +250,8 @@ class TrainerActor(Actor):
                 with torch.no_grad():
                     ref_logp, _ = response_logprobs(self.reference, prompts[sl], responses[sl], temperature)
             loss, m = losses.policy_loss(algo, logp, mu, adv, mask, ref_logp)
+            if checkpoint.fault_injected("nan-loss", self.step_index):  # the failure tests' hook
+                loss = loss * float("nan")
             n_tok = float(mask.sum()) * weight
             (loss * n_tok * scale).backward()
             loss_sum += float(loss.detach()) * n_tok
@@ -257,10 +260,14 @@ class TrainerActor(Actor):
                 sums[k] += float(v) * n_tok
         if self.allreduce_grads:
             self._average_grads()
-        grad_norm = 0.0
-        if algo.grad_clip > 0:
-            grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), algo.grad_clip))
-        self.optimizer.step()
+        # The norm over every trainer's shards (a collective under FSDP2), clipped if asked:
+        # also the test of whether the gradient is finite.
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), algo.grad_clip or float("inf")))
+        finite = self._all_trainers(math.isfinite(loss_sum) and math.isfinite(grad_norm))
+        if finite:
+            self.optimizer.step()
+        else:
+            self._nonfinite(loss_sum / max(local_tokens, 1), grad_norm)
 
         metrics = {
             # The objective's token mean over every sample (skipped ones contribute 0 to it).
@@ -272,6 +279,7 @@ class TrainerActor(Actor):
             "staleness_max": float(max(staleness)),
             "staleness_mean": sum(staleness) / len(staleness),
             "grad_norm": grad_norm,
+            "nonfinite_skipped": 0.0 if finite else 1.0,
             "example_id_sum": id_sum,
             "example_id_sqsum": id_sqsum,
             "train_s": time.perf_counter() - t0,
@@ -279,6 +287,23 @@ class TrainerActor(Actor):
         # Ratio and KL figures describe the tokens trained on.
         metrics.update({k: v / max(trained_tokens, 1) for k, v in sums.items() if k != "loss"})
         return metrics
+
+    def _nonfinite(self, loss: float, grad_norm: float) -> None:
+        """A step whose loss or gradient is NaN or inf: its update is dropped, never applied."""
+        self.optimizer.zero_grad(set_to_none=True)
+        what = f"step {self.step_index}: the loss ({loss}) or the gradient (norm {grad_norm}) is not finite"
+        if self.config.on_nonfinite == "stop":
+            raise FloatingPointError(f"{what}; algorithm.on_nonfinite is stop")
+        if self.is_leader:
+            print(f"mpirl: warning: {what}; its update is skipped (algorithm.on_nonfinite: skip)", flush=True)
+
+    def _all_trainers(self, flag: bool) -> bool:
+        """Whether every training rank has the flag (collective): all apply a step, or none."""
+        if self.dp_group is None:
+            return flag
+        t = torch.tensor([float(flag)])
+        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.dp_group)
+        return bool(t.item())
 
     def _micro_batches_of_slowest(self, mine: int) -> int:
         """The most micro-batches any trainer runs this step. FSDP needs equal counts; and with
@@ -316,6 +341,7 @@ class TrainerActor(Actor):
     _SUMMED = ("tokens", "samples", "trained_samples", "example_id_sum", "example_id_sqsum")
     _MAXED = (
         "checkpoint_save_s",
+        "nonfinite_skipped",
         "preempted",
         "staleness_max",
         "train_s",

@@ -297,3 +297,10 @@ def test_prompts_must_split_evenly_over_trainers(base_config):
     base_config["rollout"]["prompts_per_step"] = 4
     with pytest.raises(ConfigError, match=r"rollout.prompts_per_step \(4\) must divide evenly over the 3"):
         config.parse(base_config)
+
+
+def test_the_rank_ranges_line_names_every_rank_once(base_config):
+    raw = copy.deepcopy(base_config)
+    raw["world"] = {"controller": 1, "generator": {"ranks": 3}, "reward": 1, "trainer": 2}
+    raw["rollout"]["prompts_per_step"] = 4
+    assert config.rank_ranges(config.parse(raw)) == "0 controller, 1-3 generator, 4 reward, 5-6 trainer"

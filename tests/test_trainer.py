@@ -177,3 +177,38 @@ def test_update_waits_for_sends_that_read_the_parameters(base_config, copy_out):
     )
     trainer.train_on(_groups([[1, 0, 1, 0]]))
     assert sender.waits == (0 if copy_out else 1)
+
+
+def _nan_groups():
+    groups = _groups(MIXED)
+    groups[0].logprobs[0][0] = np.nan  # a behaviour log-prob a broken engine returned
+    return groups
+
+
+@pytest.mark.parametrize("how", ["nan logprob", "injected nan loss"])
+def test_a_non_finite_step_is_not_applied_and_counted(base_config, monkeypatch, capsys, how):
+    if how == "injected nan loss":
+        monkeypatch.setenv("MPIRL_INJECT_FAULT", "nan-loss:0")
+    model = _tiny_llama()
+    before = [p.detach().clone() for p in model.parameters()]
+    trainer = _trainer(base_config, model, skip=True)
+    m = trainer.train_on(_nan_groups() if how == "nan logprob" else _groups(MIXED))
+    assert m["nonfinite_skipped"] == 1.0 and not np.isfinite(m["loss"])
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # nothing applied
+    assert not trainer.optimizer.state  # not even Adam's moments moved
+    assert all(p.grad is None for p in model.parameters())  # the bad gradient is gone
+    assert "step 0: the loss (nan)" in capsys.readouterr().out
+    # The next, finite step trains as usual.
+    monkeypatch.delenv("MPIRL_INJECT_FAULT", raising=False)
+    m = trainer.train_on(_groups(MIXED, seed=1))
+    assert m["nonfinite_skipped"] == 0.0 and np.isfinite(m["loss"])
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_a_non_finite_step_stops_the_run_when_asked(base_config):
+    base_config["algorithm"]["on_nonfinite"] = "stop"
+    model = _tiny_llama()
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(FloatingPointError, match=r"step 0: .*not finite; algorithm.on_nonfinite is stop"):
+        _trainer(base_config, model, skip=True).train_on(_nan_groups())
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))

@@ -43,3 +43,7 @@ class TrainerConfig(LossConfig):
     # advantages are 0, so the update is unchanged and their compute is saved. (Not with a KL
     # term, which such samples still feed.)
     skip_zero_advantage: bool = True
+    # A step whose loss or gradient is not finite (NaN, inf) is never applied. skip: the run
+    # goes on without that update (counted as nonfinite_skipped in the metrics, and warned);
+    # stop: the job stops with an error naming the step.
+    on_nonfinite: Literal["skip", "stop"] = "skip"

@@ -31,6 +31,7 @@ _STEP = {
     "staleness_max": "staleness/max",
     "verifier_failures": "reward/verifier_failures",
     "verifier_timeouts": "reward/verifier_timeouts",
+    "nonfinite_skipped": "train/nonfinite_skipped",
 }
 
 # The trainer's own figures (the ``trainer`` dict of a line): the optimizer and AIPO's ratio.
