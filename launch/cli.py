@@ -133,7 +133,10 @@ def run_forwarding_signals(cmd: list[str], env: dict) -> tuple[int, str, bool]:
     import signal
     import threading
 
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stderr=subprocess.PIPE)
+    from runtime.lifeline import end_with_parent
+
+    # Its own session, so a Ctrl-C reaches only us; and tied to us, so it ends if we are killed.
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, stderr=subprocess.PIPE, preexec_fn=end_with_parent)
     tail = bytearray()
 
     def pump():  # the job's stderr goes on to ours as it comes; its end is kept for the log

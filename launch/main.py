@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m launch", description=__doc__)
     parser.add_argument("config", help="role-map YAML file")
     args = parser.parse_args(argv)
+    from runtime.lifeline import tie_to_launcher
+
+    tie_to_launcher()  # a rank never outlives mpirun / srun, even deep in C code
 
     world = MPI.COMM_WORLD
     try:

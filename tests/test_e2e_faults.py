@@ -1,12 +1,21 @@
-"""Failures that are not crashes, in a real job: a NaN in the loss (algorithm.on_nonfinite)."""
+"""Failures that are not crashes, in a real job: a NaN in the loss (algorithm.on_nonfinite), a lost mpirun."""
 
 from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from test_e2e import CONFIG, sft_model  # noqa: F401 - sft_model is a fixture
 from test_e2e_observe import run_job_capturing
 
 from launch import recipe
+
+REPO = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -39,3 +48,71 @@ def test_a_nan_loss_stops_the_run_naming_rank_role_and_step(tmp_path, sft_model)
     assert "rank 3 (trainer) failed" in text and "step 2: the loss (nan)" in text, text[-3000:]
     assert "algorithm.on_nonfinite is stop" in text
     assert len(recipe.read_metrics(out)) == 2  # steps 0 and 1; nothing was trained on the NaN
+
+
+def _processes() -> dict[int, tuple[int, list[bytes]]]:
+    """pid -> (parent pid, command line) of every live (not zombie) process."""
+    out = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+                fields = (proc / "stat").read_text().split(")")[-1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                out[int(proc.name)] = (int(fields[1]), cmdline)
+    return out
+
+
+def _descendants(root: int) -> set[int]:
+    procs = _processes()
+    family, grew = {root}, True
+    while grew:
+        more = {pid for pid, (ppid, _) in procs.items() if ppid in family} - family
+        family, grew = family | more, bool(more)
+    return family - {root}
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="Linux: /proc")
+@pytest.mark.parametrize("killed", ["mpirl run", "mpirun"])
+def test_no_process_outlives_a_killed_launcher(tmp_path, sft_model, killed):  # noqa: F811
+    """`mpirl run` starts mpiexec in a session of its own (Ctrl-C must reach only it), so a
+    SIGKILL of `mpirl run` must still end mpiexec, its ranks and their reward workers; and a
+    SIGKILL of mpirun its ranks."""
+    out = tmp_path / "run"
+    cfg_path = recipe.write_config(
+        CONFIG, out, {"model": {"path": str(sft_model)}, "run": {"out": str(out), "steps": 10000, "progress": False}}
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "launch.cli", "run", str(cfg_path)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    family: set[int] = set()
+    try:
+        deadline = time.monotonic() + 300
+        while not (out / "metrics.jsonl").is_file() or not (out / "metrics.jsonl").read_text().strip():
+            assert launcher.poll() is None and time.monotonic() < deadline, "the job did not start training"
+            time.sleep(0.5)
+        family = _descendants(launcher.pid)
+        procs = _processes()
+        ranks = [p for p in family if str(cfg_path).encode() in procs[p][1] and b"launch" in procs[p][1]]
+        assert len(ranks) >= 4, ranks  # mpiexec and the 4 ranks (and the reward rank's workers)
+        if killed == "mpirl run":
+            launcher.send_signal(signal.SIGKILL)
+        else:
+            (mpiexec,) = [p for p in family if procs[p][0] == launcher.pid]
+            os.kill(mpiexec, signal.SIGKILL)
+        deadline = time.monotonic() + 15
+        while family & set(_processes()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = family & set(_processes())
+        assert not left, f"processes outlived the {killed}: {[_processes().get(p) for p in left]}"
+    finally:
+        for pid in family & set(_processes()):
+            os.kill(pid, signal.SIGKILL)
+        launcher.kill()
+        launcher.wait()
