@@ -213,6 +213,18 @@ class RoleMap(Section):
         return self
 
     @model_validator(mode="after")
+    def _groups_can_learn(self) -> RoleMap:
+        # Every advantage here is relative to the prompt's group: with one sample per prompt
+        # each advantage is 0, and the run would train for hours on nothing.
+        if self.rollout.samples_per_prompt < 2:
+            raise ValueError(
+                f"rollout.samples_per_prompt ({self.rollout.samples_per_prompt}): algorithm.advantage "
+                f"{self.algorithm.advantage!r} compares the samples of a prompt with each other, so it needs "
+                "at least 2 (with 1 every advantage is 0 and nothing is learned)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _logging_can_run(self) -> RoleMap:
         from roles.observe.backends import check_backends
 

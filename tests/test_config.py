@@ -304,3 +304,10 @@ def test_the_rank_ranges_line_names_every_rank_once(base_config):
     raw["world"] = {"controller": 1, "generator": {"ranks": 3}, "reward": 1, "trainer": 2}
     raw["rollout"]["prompts_per_step"] = 4
     assert config.rank_ranges(config.parse(raw)) == "0 controller, 1-3 generator, 4 reward, 5-6 trainer"
+
+
+def test_one_sample_per_prompt_is_refused_as_learning_nothing(base_config):
+    raw = copy.deepcopy(base_config)
+    raw["rollout"]["samples_per_prompt"] = 1
+    with pytest.raises(config.ConfigError, match=r"rollout.samples_per_prompt \(1\).*at least 2.*nothing is learned"):
+        config.parse(raw)
