@@ -72,8 +72,10 @@ def cmd_check(args) -> int:
     data = None
     if not args.no_data:
         from launch.data import prepare_data
+        from launch.run_folder import check_run_folder
 
         try:
+            check_run_folder(cfg, create=False)
             data = prepare_data(cfg)
         except config.ConfigError as e:
             print(f"mpirl: config error: {args.config}: {e}", file=sys.stderr)

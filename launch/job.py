@@ -160,8 +160,10 @@ def prepare_controller(cfg: RoleMap, resume=None) -> Preflight:
     from pathlib import Path
 
     from launch.data import prepare_data
+    from launch.run_folder import check_run_folder
     from roles.observe.backends import open_backends
 
+    check_run_folder(cfg)
     data = prepare_data(cfg)
     resumed_at = resume.steps_done if resume is not None else 0
     backends = open_backends(cfg.logging, Path(cfg.run.out), cfg.model_dump(mode="json"), resumed_at)

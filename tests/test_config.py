@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 
 import pytest
 
@@ -311,3 +312,21 @@ def test_one_sample_per_prompt_is_refused_as_learning_nothing(base_config):
     raw["rollout"]["samples_per_prompt"] = 1
     with pytest.raises(config.ConfigError, match=r"rollout.samples_per_prompt \(1\).*at least 2.*nothing is learned"):
         config.parse(raw)
+
+
+def test_a_run_folder_that_cannot_be_written_is_a_config_error(base_config, tmp_path):
+    from launch.run_folder import check_run_folder
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    for out, create in itertools.product([blocker, blocker / "run"], [True, False]):
+        raw = copy.deepcopy(base_config)
+        raw["run"]["out"] = str(out)
+        with pytest.raises(config.ConfigError, match="run.out: .*is a file, not a folder"):
+            check_run_folder(config.parse(raw), create=create)
+    raw = copy.deepcopy(base_config)
+    raw["run"]["out"] = str(tmp_path / "new" / "run")
+    check_run_folder(config.parse(raw), create=False)
+    assert not (tmp_path / "new").exists()  # mpirl check only looks
+    assert check_run_folder(config.parse(raw)).is_dir()  # the launch creates it
+    assert list((tmp_path / "new" / "run").iterdir()) == []  # the probe left nothing

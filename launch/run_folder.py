@@ -1,0 +1,35 @@
+"""The run's output folder (``run.out``), checked against the machine before any work.
+
+A role map can be valid and still point its output at a file, or at a folder this user cannot
+write (a read-only project space, another user's run). Found at step 1 (or at the first
+checkpoint) that costs the time spent loading models; found here it is a config error naming
+``run.out``, from ``mpirl check`` and from the launch alike.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from launch.config import ConfigError, RoleMap
+
+
+def check_run_folder(cfg: RoleMap, create: bool = True) -> Path:
+    """Prove ``run.out`` writable, creating it if ``create`` (the launch; ``mpirl check`` only
+    looks: the nearest folder that exists must let this user create the rest)."""
+    out = Path(cfg.run.out)
+    existing = next((p for p in [out, *out.parents] if p.exists()), Path("."))
+    if not existing.is_dir():
+        raise ConfigError(f"run.out: {str(existing)!r} is a file, not a folder (run.out is {str(out)!r})")
+    if not create:
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise ConfigError(f"run.out: {str(existing)!r} is not writable by this user (run.out is {str(out)!r})")
+        return out
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".mpirl-write-test-"):
+            pass
+    except OSError as e:
+        raise ConfigError(f"run.out: cannot write in {str(out)!r}: {e.strerror or e}") from None
+    return out
