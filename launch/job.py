@@ -27,6 +27,7 @@ from mpi4py import MPI
 
 from launch.config import RoleMap
 from runtime import PREEMPTION, Mailbox, RoleTable, abort_on_error
+from runtime.liveness import Heartbeat, LivenessMonitor, beat_interval
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Distributed:
     role_table: RoleTable
     mailbox: Mailbox
     train_group: object  # torch process group of the training ranks (None if just one)
+    liveness_comm: MPI.Comm  # heartbeats to the controller (runtime.liveness), apart from the mailbox
 
 
 @dataclass
@@ -52,11 +54,16 @@ def setup_distributed(comm: MPI.Comm, roles_by_rank: list[str], train_role: str)
 
     table = RoleTable(comm, roles_by_rank)
     mailbox = Mailbox(table)
+    liveness_comm = comm.Dup()
     init_torch_distributed(comm)
     train_ranks = table.ranks(train_role)
     # new_group is collective over the whole torch world, members or not.
     group = new_group(train_ranks) if len(train_ranks) > 1 else None
-    return Distributed(table, mailbox, group if table.role == train_role else None)
+    return Distributed(table, mailbox, group if table.role == train_role else None, liveness_comm)
+
+
+def _controller_rank(roles: list[str]) -> int:
+    return roles.index("controller")
 
 
 def seed_everything(seed: int) -> None:
@@ -77,6 +84,12 @@ def run_rank(cfg: RoleMap, config_path: str, preflight: Preflight | None = None,
     with abort_on_error(role):
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
         dist = setup_distributed(world, roles, cfg.routes().train_role)
+        heartbeat = None
+        if role != "controller":  # from now on, while it loads its model too
+            heartbeat = Heartbeat(
+                dist.liveness_comm, _controller_rank(roles), beat_interval(cfg.run.liveness_timeout_s)
+            )
+            heartbeat.start()
         seed_everything(cfg.run.seed + 1000 * dist.role_table.rank)
         if resume is not None:
             from roles.checkpoint import load_rng
@@ -86,6 +99,8 @@ def run_rank(cfg: RoleMap, config_path: str, preflight: Preflight | None = None,
         t0 = time.perf_counter()
         actor.run()
         actor.spans.write(cfg.run.out)
+        if heartbeat is not None:
+            heartbeat.stop()
         if dist.role_table.rank == 0:
             print(f"mpirl: {role} finished ({actor.stop_reason}) in {time.perf_counter() - t0:.1f} s", flush=True)
     # Every rank returns here; mpi4py finalizes MPI at interpreter exit.
@@ -149,6 +164,11 @@ def _controller(cfg, dist, routes, schedule, policy, transport, preflight, resum
         batch_prompts=cfg.world.generator.batch_prompts,
         progress=progress,
         backends=preflight.backends,
+        liveness=LivenessMonitor(
+            dist.liveness_comm,
+            {r: role for r, role in enumerate(cfg.world.roles_by_rank()) if role != "controller"},
+            cfg.run.liveness_timeout_s,
+        ),
         checkpoints=cfg.checkpoints(),  # every_steps 0: only on a stop signal
         resume=resume,
     )

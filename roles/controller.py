@@ -65,6 +65,7 @@ class ControllerActor(ForwardsStopSignals, Actor):
         batch_prompts: int = 0,
         progress=None,
         backends=(),
+        liveness=None,
         checkpoints: CheckpointPlan | None = None,
         resume: Resume | None = None,
     ):
@@ -73,7 +74,8 @@ class ControllerActor(ForwardsStopSignals, Actor):
         the data as prepared (examples, prompts left out for length), logged with each step.
         ``batch_prompts``: prompts per generation batch (0: an equal share of a step per generator).
         ``progress``: a ``roles.observe.progress.Progress``; ``backends``: the dashboards it feeds
-        (``roles.observe.backends``, started before any work).
+        (``roles.observe.backends``, started before any work). ``liveness``: a
+        ``runtime.liveness.LivenessMonitor`` of the other ranks' heartbeats (None: not watched).
         ``checkpoints``: where checkpoints go (``schedule`` says when); ``resume``: the checkpoint
         this run continues from (its steps, data position and counters; metrics past it dropped)."""
         super().__init__(mailbox)
@@ -108,6 +110,8 @@ class ControllerActor(ForwardsStopSignals, Actor):
         self._finish_after_save = False
         self._stop_reason = "finished"  # or PREEMPTED: the trainers checkpointed on a signal
         self._summary = None  # summary.json's figures, once written
+        self.liveness = liveness
+        self._next_liveness_check = 0.0
         if evaluation.enabled and not self.eval_prompts:
             raise ValueError("eval is set but there are no eval prompts (the task's eval split is empty)")
         self.log = RunLog(
@@ -186,8 +190,12 @@ class ControllerActor(ForwardsStopSignals, Actor):
             self._finish()
 
     def step(self) -> bool:
+        now = time.perf_counter()
+        if self.liveness is not None and now >= self._next_liveness_check:
+            self._next_liveness_check = now + 0.5  # a cheap probe, but not every loop turn
+            self.liveness.check()  # a silent rank: TimeoutError naming it, and the job aborts
         # Watchdog: a job that makes no progress must end, not sit on the allocation.
-        if time.perf_counter() - self.t_last_step > self.config.timeout_s:
+        if now - self.t_last_step > self.config.timeout_s:
             raise TimeoutError(
                 f"no trainer step finished for {self.config.timeout_s:.0f} s "
                 f"(waiting for step {len(self.history)}; run.timeout_s)"

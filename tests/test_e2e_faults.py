@@ -14,6 +14,7 @@ from test_e2e import CONFIG, sft_model  # noqa: F401 - sft_model is a fixture
 from test_e2e_observe import run_job_capturing
 
 from launch import recipe
+from launch.cli import mpiexec_command
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -116,3 +117,58 @@ def test_no_process_outlives_a_killed_launcher(tmp_path, sft_model, killed):  # 
             os.kill(pid, signal.SIGKILL)
         launcher.kill()
         launcher.wait()
+
+
+def _rank_pid(root: int, rank: int) -> int:
+    """The pid of MPI rank ``rank`` among ``root``'s descendants (from its environment)."""
+    for pid in _descendants(root):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"OMPI_COMM_WORLD_RANK={rank}".encode() in environ and b"launch" in _processes().get(pid, (0, []))[1]:
+            return pid
+    raise LookupError(f"no rank {rank}")
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="Linux: /proc")
+@pytest.mark.parametrize("rank, role", [(1, "generator"), (3, "trainer")])
+def test_a_stopped_rank_is_found_and_named_within_the_liveness_bound(tmp_path, sft_model, rank, role):  # noqa: F811
+    out = tmp_path / "run"
+    bound_s = 6.0
+    cfg_path = recipe.write_config(
+        CONFIG,
+        out,
+        {
+            "model": {"path": str(sft_model)},
+            "run": {"out": str(out), "steps": 10000, "progress": False, "liveness_timeout_s": bound_s},
+        },
+    )
+    cfg = recipe.config_lib.load(cfg_path)
+    cmd, env = mpiexec_command(cfg.world.size, [sys.executable, "-m", "launch", str(cfg_path)])
+    env.update({"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)})
+    job = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    family: set[int] = set()
+    try:
+        deadline = time.monotonic() + 300
+        while not (out / "metrics.jsonl").is_file() or len((out / "metrics.jsonl").read_text().splitlines()) < 3:
+            assert job.poll() is None and time.monotonic() < deadline, "the job did not start training"
+            time.sleep(0.2)
+        family = _descendants(job.pid)
+        os.kill(_rank_pid(job.pid, rank), signal.SIGSTOP)  # alive, but silent
+        stopped_at = time.monotonic()
+        text = job.communicate(timeout=120)[0].decode(errors="replace")
+        took = time.monotonic() - stopped_at
+        assert job.returncode not in (0, 2), text[-3000:]
+        assert f"rank {rank} ({role}) has sent no heartbeat" in text, text[-3000:]
+        assert "rank 0 (controller) failed with TimeoutError" in text
+        assert took < bound_s + 15, f"found after {took:.1f} s"  # the bound, plus the abort's own time
+        deadline = time.monotonic() + 15
+        while family & set(_processes()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not family & set(_processes()), "a process of the job was left behind"
+    finally:
+        for pid in family & set(_processes()):
+            os.kill(pid, signal.SIGKILL)
+        if job.poll() is None:
+            job.kill()

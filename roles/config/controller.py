@@ -16,6 +16,9 @@ class ControllerConfig(Section):
     out: str = "runs/default"  # metrics.jsonl, summary.json, traces go here
     progress: bool = True  # progress bar on the controller's terminal
     timeout_s: float = Field(3600.0, gt=0)  # a step that makes no progress this long aborts the job
+    # A rank that sends no heartbeat this long (stopped, frozen, its node lost) aborts the job,
+    # named; each rank beats a dozen times per bound (runtime.liveness).
+    liveness_timeout_s: float = Field(60.0, ge=1)
     # auto: continue from the newest complete checkpoint in the run's checkpoint folder if there
     # is one, else start afresh; never: always start afresh (the folder's checkpoints are left
     # alone until new ones replace them); or the path of one checkpoint to continue from.
