@@ -164,3 +164,12 @@ def test_a_mailbox_that_received_garbage_delivers_the_next_good_message(garbage)
     assert refused == 3
     assert [e.msg for e in delivered] == [protocol.WeightsPushed(version=5)] * 3
     assert all(e.sender == Address("generator", 0) for e in delivered)
+
+
+@pytest.mark.parametrize("dtype", [b",,,", b"(((", b"|O8", b"xyz"])
+def test_an_array_whose_dtype_is_garbage_is_a_codec_error(dtype):
+    # Found by the fuzzing above: np.dtype(",") raises SyntaxError, not ValueError.
+    frame = codec.encode(SAMPLES[1])
+    assert b"\xa3<i4" in frame
+    with pytest.raises(CodecError, match="dtype"):
+        codec.decode(frame.replace(b"\xa3<i4", b"\xa3" + dtype, 1))

@@ -411,3 +411,21 @@ def test_nothing_here_imports_mpi4py():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.timeout(60)
+def test_stop_signals_to_the_workers_and_their_server_are_left_to_the_rank():
+    """Open MPI forwards SIGTERM/SIGUSR1 to a rank's descendants and Slurm's --signal reaches
+    every process of a task; the rank checkpoints after the step, which its workers must
+    still score. (Before: SIGUSR1 killed them and their server mid-step.)"""
+    items = [(f"#### {n}", EX) for n in (18, 17, 18, 5)]
+    with RewardSandbox([spec("answer", "gsm8k")], timeout_s=10, workers=2) as sb:
+        before = sb.score(items)
+        server = sb._server._forkserver_pid
+        for pid in [*sb.worker_pids, server]:
+            for stop_signal in (signal.SIGUSR1, signal.SIGTERM):
+                os.kill(pid, stop_signal)
+        time.sleep(0.3)
+        after = sb.score(items)
+        assert not any(gone(pid) for pid in [*sb.worker_pids, server]) and sb.restarts == 0
+    assert [r.score for r in after] == [r.score for r in before] and sum(r.failures for r in after) == 0

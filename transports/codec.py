@@ -258,6 +258,22 @@ def encode_frames(msg) -> list:
 _DTYPES: dict[str, np.dtype] = {}  # dtype name -> dtype, for the names seen so far
 
 
+def _plain_dtype(name) -> np.dtype:
+    """The dtype a header names, as a ValueError if it names none or one no array here uses.
+
+    ``np.dtype`` parses strings with a grammar of its own and fails on garbage with whatever
+    its parser raises (a SyntaxError for ``","``, found by fuzzing); object dtypes would turn
+    received bytes into pointers.
+    """
+    try:
+        dtype = np.dtype(name)
+    except Exception as e:  # noqa: BLE001 - any failure to parse a dtype is a bad message
+        raise ValueError(f"{name!r} is not a dtype ({type(e).__name__})") from None
+    if dtype.hasobject:
+        raise ValueError("object dtype")
+    return dtype
+
+
 def _array_from(header, raw, writable_copy: bool):
     if not (isinstance(header, list) and len(header) >= 3):
         raise CodecError("array extension has a malformed header")
@@ -265,7 +281,7 @@ def _array_from(header, raw, writable_copy: bool):
     dtype = _DTYPES.get(dtype_name) if type(dtype_name) is str else None
     if dtype is None or type(shape) not in (list, tuple) or not all(type(s) is int for s in shape):
         try:
-            dtype = np.dtype(np.int16 if dtype_name == _BF16 else dtype_name)
+            dtype = _plain_dtype(np.int16 if dtype_name == _BF16 else dtype_name)
             shape = [int(s) for s in shape]
         except (TypeError, ValueError) as e:
             raise CodecError(f"array extension has a bad dtype or shape: {e}") from None
@@ -329,9 +345,7 @@ def _ragged_list(data) -> list:
         dtype_name, lengths = msgpack.unpackb(data[4 : 4 + n], raw=False)
         dtype = _DTYPES.get(dtype_name) if type(dtype_name) is str else None
         if dtype is None:
-            dtype = np.dtype(dtype_name)
-        if dtype.hasobject:
-            raise ValueError("object dtype")
+            dtype = _plain_dtype(dtype_name)
     except (TypeError, ValueError, msgpack.UnpackException) as e:
         raise CodecError(f"ragged array list has a malformed header: {e}") from None
     if type(lengths) is not list or not all(type(x) is int and x >= 0 for x in lengths):

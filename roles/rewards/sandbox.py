@@ -109,7 +109,7 @@ def _preload_modules(specs: Sequence[ComponentSpec]) -> list[str]:
 
     User modules are left to the workers: the server would die on an import error.
     """
-    mods = [_worker.__name__]
+    mods = ["roles.rewards.server_signals", _worker.__name__]
     for spec in specs:
         if spec.name in REWARDS:
             mods.append(REWARDS[spec.name].partition(":")[0])
@@ -168,6 +168,8 @@ class RewardSandbox:
             while pending or any(w.held for w in self._workers):
                 self._dispatch(pending, payloads, out)
                 busy = [w for w in self._workers if w.held]
+                if not busy:  # every send found its worker dead: they were replaced, dispatch again
+                    continue
                 deadline = min(w.head_since for w in busy) + self.timeout_s
                 connection.wait([w.results for w in busy], timeout=max(0.0, deadline - time.monotonic()))
                 for w in busy:

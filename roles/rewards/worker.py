@@ -14,7 +14,9 @@ Departures from multiprocessing's defaults, each for an MPI job:
 - it dies with the rank even while stuck in C code: it gives up its copy of the fork
   server's liveness pipe (so the server exits when the rank does) and asks Linux for
   SIGKILL when the server exits (PR_SET_PDEATHSIG);
-- it ignores SIGINT (a Ctrl-C reaches the whole process group, and the rank decides), and
+- it ignores SIGINT, SIGTERM and SIGUSR1 (a Ctrl-C reaches the whole process group, Open MPI
+  forwards signals to a rank's descendants: the rank decides), as its server does
+  (``roles.rewards.server_signals``), and
   drops the MPI launcher's environment (``OMPI_*``, ``PMIX_*``, ``PMI_*``).
 These lean on multiprocessing's internals as of Python 3.11 (the version pyproject pins):
 ``popen_forkserver.Popen._launch`` and the fields of ``forkserver.ForkServer``.
@@ -132,7 +134,12 @@ def _die_with_rank() -> None:
 def serve(specs, requests, results) -> None:
     """The worker's main: build ``CombinedReward(specs)``, then score requests until EOF."""
     _die_with_rank()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Stop signals are the rank's to act on (it checkpoints, then closes us). Ctrl-C reaches
+    # the whole process group, Open MPI forwards SIGTERM/SIGUSR1 to a rank's descendants and
+    # Slurm's --signal reaches every process of a task: by default any of them would kill a
+    # worker in the middle of the step being finished.
+    for stop_signal in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
+        signal.signal(stop_signal, signal.SIG_IGN)
     # Not an MPI process: a library that initialises MPI inside a reward must not try to
     # join the job as a second copy of this rank.
     for key in [k for k in os.environ if k.startswith(("OMPI_", "PMIX_", "PMI_"))]:
