@@ -166,10 +166,27 @@ def test_a_mailbox_that_received_garbage_delivers_the_next_good_message(garbage)
     assert all(e.sender == Address("generator", 0) for e in delivered)
 
 
-@pytest.mark.parametrize("dtype", [b",,,", b"(((", b"|O8", b"xyz"])
+@pytest.mark.parametrize("dtype", [b",,,", b"(((", b"|O8", b"xyz", b"|V0"])
 def test_an_array_whose_dtype_is_garbage_is_a_codec_error(dtype):
     # Found by the fuzzing above: np.dtype(",") raises SyntaxError, not ValueError.
     frame = codec.encode(SAMPLES[1])
     assert b"\xa3<i4" in frame
     with pytest.raises(CodecError, match="dtype"):
         codec.decode(frame.replace(b"\xa3<i4", b"\xa3" + dtype, 1))
+
+
+def test_an_array_with_negative_dimensions_is_a_codec_error():
+    # Shape [-1, -5] has the size of five int32s: only the sign gives it away.
+    frame = codec.encode(protocol.Rollout(
+        example_id=1, group_id=4, step=1, prompt_ids=np.arange(5, dtype=np.int32), response_ids=[], logprobs=[],
+        finish_reasons=[], policy_version=2,
+    ))  # fmt: skip
+    good = msgpack.packb(["<i4", [5], False])
+    bad = msgpack.packb(["<i4", [-1, -5], False])
+    assert good in frame and len(bad) == len(good) + 1
+    ext_len = frame.index(good) - 4  # the in-band array's header length prefix sits before it
+    patched = bytearray(frame)
+    patched[ext_len : ext_len + 4] = len(bad).to_bytes(4, "little")
+    patched[ext_len + 4 : ext_len + 4 + len(good)] = bad
+    with pytest.raises(CodecError, match="negative dimension"):
+        codec.decode(bytes(patched))

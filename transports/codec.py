@@ -271,6 +271,8 @@ def _plain_dtype(name) -> np.dtype:
         raise ValueError(f"{name!r} is not a dtype ({type(e).__name__})") from None
     if dtype.hasobject:
         raise ValueError("object dtype")
+    if dtype.itemsize == 0:  # np.frombuffer refuses it, with a ValueError of its own
+        raise ValueError(f"{name!r} has elements of 0 bytes")
     return dtype
 
 
@@ -283,6 +285,8 @@ def _array_from(header, raw, writable_copy: bool):
         try:
             dtype = _plain_dtype(np.int16 if dtype_name == _BF16 else dtype_name)
             shape = [int(s) for s in shape]
+            if any(s < 0 for s in shape):  # two negatives multiply to a size that fits
+                raise ValueError(f"negative dimension in {shape}")
         except (TypeError, ValueError) as e:
             raise CodecError(f"array extension has a bad dtype or shape: {e}") from None
         if type(dtype_name) is str and len(_DTYPES) < 256:
