@@ -285,12 +285,12 @@ def _array_from(header, raw, writable_copy: bool):
         try:
             dtype = _plain_dtype(np.int16 if dtype_name == _BF16 else dtype_name)
             shape = [int(s) for s in shape]
-            if any(s < 0 for s in shape):  # two negatives multiply to a size that fits
-                raise ValueError(f"negative dimension in {shape}")
         except (TypeError, ValueError) as e:
             raise CodecError(f"array extension has a bad dtype or shape: {e}") from None
         if type(dtype_name) is str and len(_DTYPES) < 256:
             _DTYPES[dtype_name] = dtype
+    if shape and min(shape) < 0:  # two negatives multiply to a size that fits; reshape would raise
+        raise CodecError(f"array extension has a negative dimension in {list(shape)}")
     expected = math.prod(shape) * dtype.itemsize  # math.prod: np.prod costs µs on a short list
     if len(raw) != expected:
         raise CodecError(
