@@ -156,12 +156,13 @@ class TrainerActor(Actor):
     def on_preempt(self) -> None:
         self._preempt = True
 
-    def _agree(self, flag: bool) -> bool:
-        """Whether any training rank has the flag: all stop after the same step (collective)."""
+    def _agree(self, flag: bool, every: bool = False) -> bool:
+        """Whether any training rank has the flag (or, with ``every``, all of them), the same
+        answer on each (collective): all stop after the same step, all apply a step or none."""
         if self.dp_group is None:
             return flag
         t = torch.tensor([float(flag)])
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.dp_group)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN if every else dist.ReduceOp.MAX, group=self.dp_group)
         return bool(t.item())
 
     def _push(self, version: int) -> bool:
@@ -263,7 +264,7 @@ class TrainerActor(Actor):
         # The norm over every trainer's shards (a collective under FSDP2), clipped if asked:
         # also the test of whether the gradient is finite.
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), algo.grad_clip or float("inf")))
-        finite = self._all_trainers(math.isfinite(loss_sum) and math.isfinite(grad_norm))
+        finite = self._agree(math.isfinite(loss_sum) and math.isfinite(grad_norm), every=True)
         if finite:
             self.optimizer.step()
         else:
@@ -296,14 +297,6 @@ class TrainerActor(Actor):
             raise FloatingPointError(f"{what}; algorithm.on_nonfinite is stop")
         if self.is_leader:
             print(f"mpirl: warning: {what}; its update is skipped (algorithm.on_nonfinite: skip)", flush=True)
-
-    def _all_trainers(self, flag: bool) -> bool:
-        """Whether every training rank has the flag (collective): all apply a step, or none."""
-        if self.dp_group is None:
-            return flag
-        t = torch.tensor([float(flag)])
-        dist.all_reduce(t, op=dist.ReduceOp.MIN, group=self.dp_group)
-        return bool(t.item())
 
     def _micro_batches_of_slowest(self, mine: int) -> int:
         """The most micro-batches any trainer runs this step. FSDP needs equal counts; and with
