@@ -8,9 +8,10 @@ state, each layout in turn:
 - ``trainers: 1``: rank 0 holds the whole model and saves it alone;
 - ``trainers: 2``: ranks 0-1 shard it with FSDP2 and each writes its own shards.
 
-``save_s`` is ``roles.checkpoint.save_trainer_state`` (torch.distributed.checkpoint, files
-fsynced), barrier to barrier; ``load_s`` its ``load_trainer_state`` into a fresh model and
-optimizer (from the page cache: the figure is the format's cost, not the disk's). ``bytes``
+``save_s`` is ``roles.checkpoint.save_trainer_state`` (torch.distributed.checkpoint with
+direct-I/O files, ``roles.direct_io``), barrier to barrier; ``load_s`` its
+``load_trainer_state`` into a fresh model and optimizer (from the disk: the save's direct I/O
+leaves nothing in the page cache). ``bytes``
 is what landed on disk. ``raw_s`` writes each writer's same tensors' bytes (same content: a
 virtual disk may store zeros, such as fresh AdamW moments, faster than noise) as ``dd
 oflag=direct conv=fsync bs=16M`` would: direct I/O, the disk's ceiling for that layout.
