@@ -237,6 +237,13 @@ class RoleMap(Section):
         check_backends(self.logging)  # a missing package, named now rather than at the first step
         return self
 
+    @model_validator(mode="after")
+    def _fits_in_memory(self) -> RoleMap:
+        from launch.sizing import check_memory
+
+        check_memory(self)  # after the checks above: it reads sizes they have made consistent
+        return self
+
     # What the actors receive besides their own section: derived here, in one place.
 
     def checkpoint_dir(self) -> Path:

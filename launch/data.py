@@ -9,6 +9,7 @@ a bad role map does (``launch/main.py``). ``mpirl check`` runs the same preparat
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -43,6 +44,14 @@ def load_tokenizer(cfg: RoleMap):
         ) from None
 
 
+def _raised_at(e: BaseException) -> str:
+    """`` (file.py:LINE)`` of the innermost frame that raised ``e``: where to look, in one line."""
+    import traceback
+
+    frames = traceback.extract_tb(e.__traceback__)
+    return f" ({Path(frames[-1].filename).name}:{frames[-1].lineno})" if frames else ""
+
+
 def prepare_data(cfg: RoleMap, tokenizer=None) -> PreparedData:
     """Build the task and encode its prompts; any problem is a ``ConfigError`` naming the field."""
     from roles.plugins import PluginError
@@ -62,6 +71,10 @@ def prepare_data(cfg: RoleMap, tokenizer=None) -> PreparedData:
         evals = encode_prompts(tokenizer, chosen, cfg.task, limit)
     except (TaskDataError, PluginError) as e:
         raise ConfigError(str(e)) from None
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - a user task's own failure, named with where it was raised
+        raise ConfigError(f"task: task {cfg.task.name!r} failed: {type(e).__name__}: {e}{_raised_at(e)}") from None
     if not train.ids:
         raise ConfigError(
             f"task.max_prompt_tokens: every one of the {len(train_examples)} training prompts "
@@ -86,4 +99,10 @@ def prepare_data(cfg: RoleMap, tokenizer=None) -> PreparedData:
         "prompt_token_limit": limit,
         "longest_prompt": max(train.longest, evals.longest),
     }
+    from launch.sizing import check_memory
+
+    try:  # the role map's check counted 1-token prompts; now the longest is known
+        check_memory(cfg, longest_prompt=stats["longest_prompt"])
+    except ValueError as e:
+        raise ConfigError(f"task: with prompts of up to {stats['longest_prompt']} tokens, {e}") from None
     return PreparedData(train.ids, evals.ids, stats)

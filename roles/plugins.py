@@ -8,6 +8,7 @@ if-chain on names anywhere: adding a built-in is one module plus one registry li
 from __future__ import annotations
 
 import importlib
+import inspect
 from typing import Any
 
 
@@ -47,3 +48,17 @@ def resolve(spec: str, registry: dict[str, str], what: str) -> Any:
             f"unknown {what} {spec!r} (built-ins: {', '.join(sorted(registry))}; or 'package.module:Name' for your own)"
         )
     return import_object(registry[spec], what)
+
+
+def check_signature(fn: Any, args: tuple, what: str, expected: str) -> None:
+    """Refuse ``fn`` unless it can be called with ``args`` (placeholders of the right number):
+    a user function with the wrong parameters is named now, not at the first scored response.
+    ``expected`` words the call it must accept (``(response, example)``)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or an extension without a signature: trust it
+        return
+    try:
+        signature.bind(*args)
+    except TypeError as e:
+        raise PluginError(f"{what} must accept {expected}, but its signature is {signature} ({e})") from None

@@ -29,6 +29,7 @@ from roles.config.trainer import TrainerConfig
 from roles.logprobs import response_logprobs
 from roles.protocol import CONTROLLER, Preempt, Rollout, RolloutConfig, Routes, Schedule, StepDone, WeightsPushed
 from runtime import Actor, Envelope, handles
+from runtime.faults import fault_injected
 
 
 def _pad(arrays, pad_value, dtype):
@@ -251,7 +252,7 @@ class TrainerActor(Actor):
                 with torch.no_grad():
                     ref_logp, _ = response_logprobs(self.reference, prompts[sl], responses[sl], temperature)
             loss, m = losses.policy_loss(algo, logp, mu, adv, mask, ref_logp)
-            if checkpoint.fault_injected("nan-loss", self.step_index):  # the failure tests' hook
+            if fault_injected("nan-loss", self.step_index):  # the failure tests' hook
                 loss = loss * float("nan")
             n_tok = float(mask.sum()) * weight
             (loss * n_tok * scale).backward()

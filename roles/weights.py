@@ -18,7 +18,7 @@ class WeightsConfig(Section):
     """The role map's ``weights:`` section: how trained weights reach the generators."""
 
     transport: Literal["torch", "mpi"] = "torch"  # torch.distributed (gloo/NCCL) or MPI buffers
-    bucket_mb: int = Field(64, gt=0)  # flat buffer size for bucketed point-to-point sends
+    bucket_mb: int = Field(64, gt=0, le=1 << 16)  # flat buffer size for bucketed point-to-point sends
 
 
 def build_weight_transport(config: WeightsConfig, comm, *, shards=None, need=None):

@@ -10,6 +10,7 @@ anything, so an idle rank does not hold a core at 100%.
 from __future__ import annotations
 
 from runtime.backoff import MAX_SLEEP_S, MIN_SLEEP_S, Backoff
+from runtime.faults import actor_fault
 from runtime.mailbox import Envelope, Mailbox
 from runtime.messages import Stop
 from runtime.preemption import PREEMPTION
@@ -37,6 +38,7 @@ class Actor:
         self.spans = Spans(table.rank, table.role, table.index)  # busy intervals, for timelines
         self.running = True
         self.stop_reason: str | None = None
+        self.handled = 0  # messages dispatched so far (the fault tests' clock: runtime.faults)
         self._handlers = {}
         for name in dir(type(self)):
             fn = getattr(type(self), name)
@@ -74,6 +76,8 @@ class Actor:
                 f"{type(self).__name__} at {self.mailbox.address} has no handler for "
                 f"{type(env.msg).__name__} (from {env.sender})"
             )
+        self.handled += 1
+        actor_fault(self.mailbox.role_table.role, self.handled)
         handler(env)
 
     def handle_pending(self) -> int:

@@ -87,3 +87,40 @@ def c_sleep(response: str, example) -> float:
         signal.pthread_sigmask(signal.SIG_BLOCK, set(signal.Signals) - {signal.SIGKILL, signal.SIGSTOP})
         ctypes.CDLL(None).sleep(60)
     return 1.0
+
+
+# Rewards with the wrong shape, refused by the role-map check (not at the first response).
+
+
+def takes_one(response):
+    return 1.0
+
+
+def takes_three(response, example, extra):
+    return 1.0
+
+
+class NoCall:
+    pass
+
+
+class CallTakesOne:
+    def __call__(self, response):
+        return 1.0
+
+
+class InitTakesTwo:
+    def __init__(self, a, b):
+        pass
+
+    def __call__(self, response, example):
+        return 1.0
+
+
+class Fine:
+    def __call__(self, response, example, *extra):
+        return 1.0
+
+
+def with_defaults(response, example, scale=1.0, **kw):
+    return scale

@@ -21,3 +21,20 @@ class Countdown(Task):
 
 class NotATask:
     pass
+
+
+class InitTakesOnlyConfig(Task):
+    def __init__(self, config):
+        super().__init__(config)
+
+
+class BadConfig(Task):
+    Config = dict
+
+
+class RaisesInInit(Task):
+    """A task whose data loading fails the way user code does: a plain exception."""
+
+    def __init__(self, config, seed=0):
+        super().__init__(config, seed)
+        raise KeyError("question")

@@ -135,6 +135,39 @@ def test_reward_mistakes_are_named(base_config):
     )
 
 
+def test_a_reward_that_cannot_be_called_as_the_scorer_calls_it_is_refused_by_name(base_config):
+    wrong = {
+        "takes_one": r"reward 'reward_plugins:takes_one' must accept \(response, example\).*\(response\)",
+        "takes_three": r".*must accept \(response, example\).*extra",
+        "NoCall": r"reward class 'reward_plugins:NoCall' has no __call__",
+        "CallTakesOne": r"'reward_plugins:CallTakesOne'.__call__ must accept \(self, response, example\)",
+        "InitTakesTwo": r"reward class 'reward_plugins:InitTakesTwo' must accept no arguments",
+    }
+    for name, message in wrong.items():
+        refused(base_config, r"reward\.components\[0\]\.name: " + message, reward=f"reward_plugins:{name}")
+    for name in ("Fine", "with_defaults", "length"):
+        assert parse(base_config, reward=f"reward_plugins:{name}").reward.components[0].name.endswith(name)
+
+
+def test_a_task_class_of_the_wrong_shape_is_refused_by_name(base_config):
+    refused(
+        base_config,
+        r"task\.name: task 'task_plugins:InitTakesOnlyConfig' must accept \(config, seed\)",
+        task={"name": "task_plugins:InitTakesOnlyConfig"},
+    )
+    refused(base_config, r"task\.name: .*its Config is not a subclass", task={"name": "task_plugins:BadConfig"})
+
+
+def test_a_task_whose_data_loading_raises_is_a_config_error_naming_it(base_config, tmp_path):
+    from launch.config import ConfigError
+    from launch.data import prepare_data
+
+    cfg = parse(base_config, task={"name": "task_plugins:RaisesInInit"}, reward="exact")
+    match = r"task: task .task_plugins:RaisesInInit. failed: KeyError: .question. \(task_plugins\.py:\d+\)"
+    with pytest.raises(ConfigError, match=match):
+        prepare_data(cfg)
+
+
 # ------------------------------------------------------------------ eval and context
 
 

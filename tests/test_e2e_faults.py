@@ -172,3 +172,89 @@ def test_a_stopped_rank_is_found_and_named_within_the_liveness_bound(tmp_path, s
             os.kill(pid, signal.SIGKILL)
         if job.poll() is None:
             job.kill()
+
+
+# --------------------------------------------------------------- the fault matrix
+
+
+def _run_timed(cmd, env, timeout_s: float) -> tuple[int, list[tuple[float, str]], float]:
+    """Run ``cmd``: its exit code, every output line with the monotonic time it arrived, and the
+    time it ended (a job still running at ``timeout_s`` is killed: its code is then -9)."""
+    import threading
+
+    job = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines: list[tuple[float, str]] = []
+
+    def read():
+        for raw in job.stdout:
+            lines.append((time.monotonic(), raw.decode(errors="replace")))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        job.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        ended_at = time.monotonic()
+        if job.poll() is None:
+            job.kill()
+            job.wait()
+        reader.join(timeout=10)
+    return job.returncode, lines, ended_at
+
+
+ROLE_RANKS = {"controller": 0, "generator": 1, "reward": 2, "trainer": 3}  # examples/arith/async.yaml
+FAULT_BOUND_S = 20  # from the fault to the job's end: MPI's abort, plus a slow shared machine
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="Linux: /proc")
+@pytest.mark.parametrize("kind", ["raise", "kill"])
+@pytest.mark.parametrize("role", list(ROLE_RANKS))
+def test_a_rank_that_raises_or_is_killed_ends_the_job_naming_rank_and_role(tmp_path, sft_model, role, kind):  # noqa: F811
+    """An exception, or a kill -9, in any role's rank mid-run: the job exits non-zero within the
+    bound, its output names the rank and its role, and no process of it is left."""
+    out = tmp_path / "run"
+    cfg_path = recipe.write_config(
+        CONFIG, out, {"model": {"path": str(sft_model)}, "run": {"out": str(out), "steps": 10000, "progress": False}}
+    )
+    cmd, env = mpiexec_command(4, [sys.executable, "-m", "launch", str(cfg_path)])
+    # The 8th message a rank of the role handles: past the start, inside the training loop.
+    tag = f"{os.getpid()}-{role}-{kind}"  # inherited by every process of the job, workers included
+    env.update(
+        {
+            "OMP_NUM_THREADS": "1",
+            "PYTHONPATH": str(REPO),
+            "MPIRL_INJECT_FAULT": f"{kind}-{role}:8",
+            "MPIRL_TEST_JOB": tag,
+        }
+    )
+    code, lines, ended_at = _run_timed(cmd, env, timeout_s=300)
+    text = "".join(line for _, line in lines)
+    rank = ROLE_RANKS[role]
+    assert code not in (0, 2), text[-3000:]
+    (fault_at,) = [t for t, line in lines if "mpirl: fault injected" in line]
+    took = ended_at - fault_at
+    assert took < FAULT_BOUND_S, f"the job ended {took:.1f} s after the fault"
+    assert "mpirl: ranks 0 controller, 1 generator, 2 reward, 3 trainer" in text, text[-3000:]
+    if kind == "raise":
+        assert f"rank {rank} ({role}) failed with RuntimeError" in text, text[-3000:]
+    else:  # Open MPI's own report names the rank; the table printed at the start names its role
+        assert f"rank {rank} " in text and ("signal 9" in text or "Killed" in text), text[-3000:]
+    deadline = time.monotonic() + 15
+    while (left := _tagged_processes(tag)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"processes of the job were left behind: {left}"
+
+
+def _tagged_processes(tag: str) -> list:
+    """Live processes whose environment has ``MPIRL_TEST_JOB=tag``: the job's, wherever reparented."""
+    procs, found = _processes(), []
+    for pid, (_, cmdline) in procs.items():
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"MPIRL_TEST_JOB={tag}".encode() in environ:
+            found.append((pid, cmdline))
+    return found

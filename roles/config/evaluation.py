@@ -18,9 +18,9 @@ class EvalConfig(Section):
     examples: int | None = Field(None, gt=0)  # the first N eval examples (None: all of them)
     # Greedy decoding always gives pass@1; samples: k also draws k responses per example at
     # `temperature` for mean@k and pass@k (unbiased estimator).
-    samples: int = Field(0, ge=0)
+    samples: int = Field(0, ge=0, le=1 << 10)
     temperature: float = Field(1.0, gt=0)
-    max_new_tokens: int | None = Field(None, gt=0)  # None: rollout.max_new_tokens
+    max_new_tokens: int | None = Field(None, gt=0, le=1 << 20)  # None: rollout.max_new_tokens
 
     @property
     def enabled(self) -> bool:

@@ -61,7 +61,7 @@ class RewardConfig(Section):
     # Seconds one response may take to score (all components); past it the scorer's process is
     # killed and the response scores 0 (counted in verifier_timeouts). Holds even inside C code.
     timeout_s: float = Field(5.0, gt=0)
-    workers: int = Field(1, gt=0)  # scorer processes per reward rank (give a rank as many cores)
+    workers: int = Field(1, gt=0, le=1024)  # scorer processes per reward rank (give a rank as many cores)
 
     @model_validator(mode="before")
     @classmethod

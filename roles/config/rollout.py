@@ -10,12 +10,19 @@ from pydantic import Field
 
 from roles.section import Section
 
+# Bounds far above any real run's, so that a typo (an exponent, a zero too many) is named
+# before any work instead of being found by the OOM killer; launch/sizing.py then checks the
+# sizes that pass against the machine's memory.
+MAX_PROMPTS_PER_STEP = 1 << 16
+MAX_SAMPLES_PER_PROMPT = 1 << 10
+MAX_NEW_TOKENS = 1 << 20
+
 
 class RolloutConfig(Section):
     """The ``rollout:`` section: the shape of a step and how its responses are sampled."""
 
-    prompts_per_step: int = Field(16, gt=0)  # prompt groups the trainers consume per step
-    samples_per_prompt: int = Field(8, gt=0)  # group size n for the group baseline
-    max_new_tokens: int = Field(16, gt=0)  # response length cap
+    prompts_per_step: int = Field(16, gt=0, le=MAX_PROMPTS_PER_STEP)  # prompt groups the trainers consume per step
+    samples_per_prompt: int = Field(8, gt=0, le=MAX_SAMPLES_PER_PROMPT)  # group size n for the group baseline
+    max_new_tokens: int = Field(16, gt=0, le=MAX_NEW_TOKENS)  # response length cap
     temperature: float = Field(1.0, gt=0)  # sampling temperature (the trainer uses the same)
     top_p: float = Field(1.0, gt=0, le=1)  # nucleus mass; < 1 truncates the behaviour policy

@@ -38,7 +38,7 @@ class TrainerConfig(LossConfig):
     lr: float = Field(3.0e-5, gt=0)  # AdamW learning rate
     weight_decay: float = Field(0.0, ge=0)  # AdamW's decoupled weight decay
     grad_clip: float = Field(1.0, ge=0)  # max gradient norm; 0 disables clipping
-    micro_batch: int = Field(64, gt=0)  # sequences per forward/backward (gradient accumulation)
+    micro_batch: int = Field(64, gt=0, le=1 << 16)  # sequences per forward/backward (gradient accumulation)
     # Leave out of the forward/backward the groups whose samples all scored the same: their
     # advantages are 0, so the update is unchanged and their compute is saved. (Not with a KL
     # term, which such samples still feed.)

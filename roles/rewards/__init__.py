@@ -22,10 +22,25 @@ REWARDS: dict[str, str] = {
 
 
 def reward_object(name: str) -> Any:
-    """The registered class or user function/class called ``name``."""
+    """The registered class or user function/class called ``name``, checked to be callable the
+    way the scorer calls it (``roles.rewards.base``)."""
     obj = plugins.resolve(name, REWARDS, "reward")
     if not callable(obj):
         raise plugins.PluginError(f"reward {name!r} is not callable")
+    if not isinstance(obj, type):
+        plugins.check_signature(obj, ("", None), f"reward {name!r}", "(response, example)")
+        return obj
+    config = getattr(obj, "Config", None)
+    takes_config = isinstance(config, type) and issubclass(config, RewardConfig)
+    plugins.check_signature(
+        obj, (None,) if takes_config else (), f"reward class {name!r}", "(config)" if takes_config else "no arguments"
+    )
+    # The instances' __call__, from the class's own MRO (obj.__call__ would be type's, which
+    # calls the class).
+    call = next((k.__dict__["__call__"] for k in obj.__mro__ if "__call__" in k.__dict__), None)
+    if call is None:
+        raise plugins.PluginError(f"reward class {name!r} has no __call__(self, response, example)")
+    plugins.check_signature(call, (None, "", None), f"{name!r}.__call__", "(self, response, example)")
     return obj
 
 

@@ -22,6 +22,9 @@ def task_class(name: str) -> type[Task]:
     cls = plugins.resolve(name, TASKS, "task")
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         raise plugins.PluginError(f"task {name!r} is not a subclass of roles.tasks.base.Task")
+    if not (isinstance(cls.Config, type) and issubclass(cls.Config, TaskConfig)):
+        raise plugins.PluginError(f"task {name!r}: its Config is not a subclass of roles.tasks.base.TaskConfig")
+    plugins.check_signature(cls, (None, 0), f"task {name!r}", "(config, seed)")
     return cls
 
 

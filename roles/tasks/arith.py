@@ -62,7 +62,7 @@ class ArithTask(Task):
 
     class Config(TaskConfig):
         name: str = "arith"
-        max_operand: int = Field(20, gt=1)  # a, b < max_operand
+        max_operand: int = Field(20, gt=1, le=1000)  # a, b < max_operand (all its² pairs are built)
         heldout_fraction: float = Field(0.2, gt=0, lt=1)  # pairs kept out of training (the eval split)
 
     default_reward = "arith_exact"
