@@ -27,7 +27,8 @@ from mpi4py import MPI
 
 from launch.config import RoleMap
 from runtime import PREEMPTION, Mailbox, RoleTable, abort_on_error
-from runtime.liveness import Heartbeat, LivenessMonitor, beat_interval
+from runtime.failure import report_and_abort
+from runtime.liveness import Heartbeat, LivenessMonitor, SelfWatch, beat_interval
 
 
 @dataclass
@@ -96,8 +97,14 @@ def run_rank(cfg: RoleMap, config_path: str, preflight: Preflight | None = None,
 
             load_rng(resume.path, dist.role_table.rank)  # a rank the checkpoint did not have keeps its seed
         actor = build_actor(cfg, dist, preflight, resume)
+        # The controller watches the others' loops; this thread watches its own.
+        self_watch = None
+        if role == "controller":
+            self_watch = SelfWatch(cfg.run.stall_timeout_s, lambda e: report_and_abort(role, e)).start()
         t0 = time.perf_counter()
         actor.run()
+        if self_watch is not None:
+            self_watch.stop()
         actor.spans.write(cfg.run.out)
         if heartbeat is not None:
             heartbeat.stop()
@@ -168,6 +175,7 @@ def _controller(cfg, dist, routes, schedule, policy, transport, preflight, resum
             dist.liveness_comm,
             {r: role for r, role in enumerate(cfg.world.roles_by_rank()) if role != "controller"},
             cfg.run.liveness_timeout_s,
+            cfg.run.stall_timeout_s,
         ),
         checkpoints=cfg.checkpoints(),  # every_steps 0: only on a stop signal
         resume=resume,

@@ -34,6 +34,8 @@ from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.filesystem import FileSystem
 from torch.utils.serialization import config as serialization_config
 
+from runtime.loop_clock import LOOP
+
 # O_DIRECT wants offsets, lengths and memory aligned to the device's logical block (512 B or
 # 4 KiB); 4 KiB suits both. A chunk of several MiB keeps the per-write cost negligible.
 ALIGN = 4096
@@ -125,6 +127,7 @@ class DirectWriteStream(io.RawIOBase):
         view, done = self._view[:length], 0
         while done < length:
             done += os.write(self._fd, view[done:])
+        LOOP.tick()  # a long save to a slow filesystem is progress, chunk by chunk
         self._written += length
         self._filled = 0
 

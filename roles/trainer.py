@@ -30,6 +30,7 @@ from roles.logprobs import response_logprobs
 from roles.protocol import CONTROLLER, Preempt, Rollout, RolloutConfig, Routes, Schedule, StepDone, WeightsPushed
 from runtime import Actor, Envelope, handles
 from runtime.faults import fault_injected
+from runtime.loop_clock import LOOP
 
 
 def _pad(arrays, pad_value, dtype):
@@ -231,6 +232,7 @@ class TrainerActor(Actor):
         mb = algo.micro_batch
         starts = list(range(0, len(responses), mb))
         for start in starts + [None] * (self._micro_batches_of_slowest(len(starts)) - len(starts)):
+            LOOP.tick()  # each micro-batch is progress (runtime.liveness)
             if start is None:
                 # This rank has run out of samples while another trainer still has some: a
                 # pass with zero weight keeps the FSDP collectives of every rank in step.

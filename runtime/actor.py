@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from runtime.backoff import MAX_SLEEP_S, MIN_SLEEP_S, Backoff
 from runtime.faults import actor_fault
+from runtime.loop_clock import LOOP
 from runtime.mailbox import Envelope, Mailbox
 from runtime.messages import Stop
 from runtime.preemption import PREEMPTION
@@ -95,6 +96,7 @@ class Actor:
         backoff = Backoff(self.min_idle_sleep_s, self.max_idle_sleep_s)
         preempted = False
         while self.running:
+            LOOP.tick()  # a turn is progress (runtime.liveness tells a stuck loop from a busy one)
             if PREEMPTION.requested and not preempted:
                 preempted = True
                 self.on_preempt()

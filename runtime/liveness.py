@@ -9,10 +9,19 @@ from all, aborts the job naming the rank and role that has been silent for
 
 Heartbeats come from a thread of their own, on a communicator of their own: the actor's
 loop may legitimately be busy for minutes (a long generation, a checkpoint), and the thread
-keeps beating meanwhile (torch, vLLM and numpy release the GIL in their long calls). What it
-cannot see is a rank whose process lives but whose loop is stuck (a deadlock); that is
-``run.timeout_s``'s to catch. MPI is initialised with ``MPI_THREAD_MULTIPLE`` (mpi4py's
-default), so the thread may send while the loop uses the mailbox's communicator.
+keeps beating meanwhile (torch, vLLM and numpy release the GIL in their long calls). MPI is
+initialised with ``MPI_THREAD_MULTIPLE`` (mpi4py's default), so the thread may send while the
+loop uses the mailbox's communicator.
+
+A beating process whose loop is stuck (a deadlocked engine, a wait on a peer that will never
+answer) is told apart from a busy one by two figures each beat carries, from :data:`LOOP`:
+how long since the loop last made progress (``LOOP.tick()``: every turn of the actor loop,
+every decode step of the torch engine, every micro-batch, every chunk a checkpoint writes),
+and how much CPU the process has used since. Busy work burns CPU (generation, training,
+MPI's own polling waits); a deadlock sleeps. So a rank whose loop has not moved for
+``run.stall_timeout_s`` (10 minutes by default) while its process used under a tenth of a
+core is reported as stuck. What this cannot see is a loop spinning for ever at full speed:
+``run.timeout_s`` is for that.
 """
 
 from __future__ import annotations
@@ -23,7 +32,13 @@ import time
 import numpy as np
 from mpi4py import MPI
 
+from runtime.loop_clock import LOOP, LoopClock
+
 HEARTBEAT_TAG = 7
+# A beat: [wall time, seconds since the loop's last tick, CPU seconds used since] (doubles).
+BEAT_FIELDS = 3
+# A loop that has not moved while its process used less than this share of one core sleeps.
+STALL_CPU_SHARE = 0.1
 
 
 def beat_interval(timeout_s: float) -> float:
@@ -34,10 +49,10 @@ def beat_interval(timeout_s: float) -> float:
 class Heartbeat:
     """Sends this rank's heartbeat to ``controller`` on ``comm`` every ``interval_s``, from a thread."""
 
-    def __init__(self, comm: MPI.Comm, controller: int, interval_s: float):
-        self.comm, self.controller, self.interval_s = comm, controller, interval_s
+    def __init__(self, comm: MPI.Comm, controller: int, interval_s: float, clock: LoopClock = LOOP):
+        self.comm, self.controller, self.interval_s, self.clock = comm, controller, interval_s, clock
         self._stop = threading.Event()
-        self._buf = np.zeros(1, dtype=np.float64)
+        self._buf = np.zeros(BEAT_FIELDS, dtype=np.float64)
         self._requests: list[MPI.Request] = []
         self._thread = threading.Thread(target=self._run, name="mpirl-heartbeat", daemon=True)
 
@@ -50,8 +65,12 @@ class Heartbeat:
             # Sends the controller has not taken yet are let go once they complete; a small
             # message completes locally (eager), so this list stays short.
             self._requests = [r for r in self._requests if not r.Test()]
-            if len(self._requests) < 64:  # a controller that stopped listening costs nothing more
+            # A buffer is reused only once its send completed (the list is empty, or every
+            # earlier send is done): an Isend's buffer must not change under it.
+            if not self._requests:
                 self._buf[0] = time.time()
+                self._buf[1:] = self.clock.stuck()
+            if len(self._requests) < 64:  # a controller that stopped listening costs nothing more
                 self._requests.append(self.comm.Isend([self._buf, MPI.DOUBLE], dest=self.controller, tag=HEARTBEAT_TAG))
             self._stop.wait(self.interval_s)
 
@@ -63,12 +82,15 @@ class Heartbeat:
 class LivenessMonitor:
     """The controller's side: who was heard from when; ``check()`` raises for a silent rank."""
 
-    def __init__(self, comm: MPI.Comm, watched: dict[int, str], timeout_s: float):
-        """``watched``: rank -> role of every rank that beats."""
+    def __init__(self, comm: MPI.Comm, watched: dict[int, str], timeout_s: float, stall_timeout_s: float = 0.0):
+        """``watched``: rank -> role of every rank that beats. ``stall_timeout_s``: how long a
+        rank's loop may stand still while its process sleeps (0: not judged)."""
         self.comm, self.watched, self.timeout_s = comm, dict(watched), timeout_s
+        self.stall_timeout_s = stall_timeout_s
         now = time.monotonic()
         self.last_heard = {rank: now for rank in watched}  # the start counts as a beat
-        self._buf = np.zeros(1, dtype=np.float64)
+        self.loop_state = {rank: (0.0, 0.0) for rank in watched}  # (stuck s, CPU s since), last beat
+        self._buf = np.zeros(BEAT_FIELDS, dtype=np.float64)
         self._status = MPI.Status()
 
     def receive(self) -> None:
@@ -78,6 +100,7 @@ class LivenessMonitor:
             source = status.Get_source()
             comm.Recv([self._buf, MPI.DOUBLE], source=source, tag=HEARTBEAT_TAG)
             self.last_heard[source] = time.monotonic()
+            self.loop_state[source] = (float(self._buf[1]), float(self._buf[2]))
 
     def check(self) -> None:
         """Raise ``TimeoutError`` naming the rank silent the longest, if past the bound."""
@@ -90,3 +113,54 @@ class LivenessMonitor:
                 f"rank {rank} ({self.watched[rank]}) has sent no heartbeat for {silent:.0f} s: it is "
                 f"stopped, frozen or cut off (run.liveness_timeout_s is {self.timeout_s:g} s)"
             )
+        if self.stall_timeout_s:
+            stalled = [
+                (stuck, cpu, r)
+                for r, (stuck, cpu) in self.loop_state.items()
+                if is_stalled(stuck, cpu, self.stall_timeout_s)
+            ]
+            if stalled:
+                stuck, cpu, rank = max(stalled)
+                raise TimeoutError(
+                    f"rank {rank} ({self.watched[rank]}) is alive but {stall_message(stuck, cpu, self.stall_timeout_s)}"
+                )
+
+
+def stall_message(stuck: float, cpu: float, stall_timeout_s: float) -> str:
+    return (
+        f"its loop has made no progress for {stuck:.0f} s, while its process used {cpu:.1f} s of CPU: "
+        f"it is stuck (a deadlock, or a wait on a peer that will not answer; run.stall_timeout_s is "
+        f"{stall_timeout_s:g} s)"
+    )
+
+
+def is_stalled(stuck: float, cpu: float, stall_timeout_s: float) -> bool:
+    return bool(stall_timeout_s) and stuck > stall_timeout_s and cpu < STALL_CPU_SHARE * stuck
+
+
+class SelfWatch:
+    """The controller's watch on its own loop, from a thread: the controller watches the
+    others, so a deadlock of its own would otherwise wait for ``run.timeout_s``. A stuck loop
+    calls ``on_stall(TimeoutError)`` (the launch passes the job's abort)."""
+
+    def __init__(self, stall_timeout_s: float, on_stall, clock: LoopClock = LOOP):
+        self.stall_timeout_s, self.on_stall, self.clock = stall_timeout_s, on_stall, clock
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mpirl-selfwatch", daemon=True)
+
+    def start(self) -> SelfWatch:
+        if self.stall_timeout_s:
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(beat_interval(self.stall_timeout_s)):
+            stuck, cpu = self.clock.stuck()
+            if is_stalled(stuck, cpu, self.stall_timeout_s):
+                self.on_stall(TimeoutError(f"this rank is alive but {stall_message(stuck, cpu, self.stall_timeout_s)}"))
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import copy
 import itertools
+import re
 
 import pytest
+from mpi_helpers import REPO
 
 from launch import config
 from launch.config import ConfigError
@@ -171,6 +173,11 @@ def test_compile_is_a_vllm_option(base_config):
     assert "world.generator" in text and "compile applies to engine: vllm only" in text, text
 
 
+def test_tensor_parallel_is_a_vllm_option(base_config):
+    text = error_of(mutate(base_config, "world.generator", {"ranks": 1, "tensor_parallel": 2}))
+    assert "world.generator" in text and "tensor_parallel (2) applies to engine: vllm only" in text, text
+
+
 def test_compile_reaches_the_vllm_engine_config(base_config, monkeypatch):
     from roles.engines import vllm_engine
 
@@ -330,3 +337,48 @@ def test_a_run_folder_that_cannot_be_written_is_a_config_error(base_config, tmp_
     assert not (tmp_path / "new").exists()  # mpirl check only looks
     assert check_run_folder(config.parse(raw)).is_dir()  # the launch creates it
     assert list((tmp_path / "new" / "run").iterdir()) == []  # the probe left nothing
+
+
+def test_a_read_only_run_folder_is_refused_by_check_and_launch(base_config, tmp_path):
+    """Root may write anywhere permissions allow, so the folder is a read-only mount, in a
+    mount namespace of this test's own (``unshare -m``): gone when the test's process ends."""
+    import shutil
+    import subprocess
+    import sys
+
+    import yaml
+
+    if shutil.which("unshare") is None:
+        pytest.skip("needs unshare (util-linux)")
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    raw = copy.deepcopy(base_config)
+    raw["run"]["out"] = str(ro / "run")
+    cfg_path = tmp_path / "config.yaml"
+    cfg_path.write_text(yaml.safe_dump(raw))
+    probe = (
+        "import sys; from launch import config; from launch.run_folder import check_run_folder\n"
+        "cfg = config.load(sys.argv[1])\n"
+        "for create in (False, True):\n"
+        "    try:\n"
+        "        check_run_folder(cfg, create=create)\n"
+        "        print('accepted')\n"
+        "    except config.ConfigError as e:\n"
+        "        print(e)\n"
+    )
+    script = f'mount -t tmpfs -o ro,size=1m tmpfs {ro} && exec {sys.executable} -c "$0" {cfg_path}'
+    done = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script, probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=str(REPO),
+    )
+    if "mount" in done.stderr and done.returncode != 0:
+        pytest.skip(f"cannot mount in a namespace here: {done.stderr.strip()[:200]}")
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(lines) == 2, done.stdout
+    assert re.search(r"run\.out: '.*/ro' is not writable by this user", lines[0]), lines[0]
+    assert re.search(r"run\.out: cannot write in '.*/ro/run': Read-only file system", lines[1]), lines[1]
+    assert not (ro / "run").exists()  # outside the namespace: nothing was created

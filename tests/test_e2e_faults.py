@@ -205,19 +205,22 @@ def _run_timed(cmd, env, timeout_s: float) -> tuple[int, list[tuple[float, str]]
 
 
 ROLE_RANKS = {"controller": 0, "generator": 1, "reward": 2, "trainer": 3}  # examples/arith/async.yaml
-FAULT_BOUND_S = 20  # from the fault to the job's end: MPI's abort, plus a slow shared machine
+FAULT_BOUND_S = 20  # from the fault to the job's end: MPI's abort (and a stall's 5 s), on a slow shared machine
+
+
+STALL_S = 5.0
+MATRIX = [(role, kind) for kind in ("raise", "kill", "hang") for role in ROLE_RANKS]
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="Linux: /proc")
-@pytest.mark.parametrize("kind", ["raise", "kill"])
-@pytest.mark.parametrize("role", list(ROLE_RANKS))
-def test_a_rank_that_raises_or_is_killed_ends_the_job_naming_rank_and_role(tmp_path, sft_model, role, kind):  # noqa: F811
-    """An exception, or a kill -9, in any role's rank mid-run: the job exits non-zero within the
-    bound, its output names the rank and its role, and no process of it is left."""
+@pytest.mark.parametrize(("role", "kind"), MATRIX)
+def test_a_rank_that_raises_is_killed_or_deadlocks_ends_the_job_naming_rank_and_role(tmp_path, sft_model, role, kind):  # noqa: F811
+    """An exception, a kill -9 or a deadlocked loop (alive, beating, still) in any role's rank
+    mid-run: the job exits non-zero within the bound, its output names the rank and its role,
+    and no process of it is left."""
     out = tmp_path / "run"
-    cfg_path = recipe.write_config(
-        CONFIG, out, {"model": {"path": str(sft_model)}, "run": {"out": str(out), "steps": 10000, "progress": False}}
-    )
+    run = {"out": str(out), "steps": 10000, "progress": False, "stall_timeout_s": STALL_S}
+    cfg_path = recipe.write_config(CONFIG, out, {"model": {"path": str(sft_model)}, "run": run})
     cmd, env = mpiexec_command(4, [sys.executable, "-m", "launch", str(cfg_path)])
     # The 8th message a rank of the role handles: past the start, inside the training loop.
     tag = f"{os.getpid()}-{role}-{kind}"  # inherited by every process of the job, workers included
@@ -239,6 +242,13 @@ def test_a_rank_that_raises_or_is_killed_ends_the_job_naming_rank_and_role(tmp_p
     assert "mpirl: ranks 0 controller, 1 generator, 2 reward, 3 trainer" in text, text[-3000:]
     if kind == "raise":
         assert f"rank {rank} ({role}) failed with RuntimeError" in text, text[-3000:]
+    elif kind == "hang" and role == "controller":  # it watches its own loop from a thread
+        assert (
+            "rank 0 (controller) failed with TimeoutError: this rank is alive but its loop has made no progress" in text
+        )
+    elif kind == "hang":  # the controller names the rank that stands still
+        assert f"rank {rank} ({role}) is alive but its loop has made no progress" in text, text[-3000:]
+        assert "rank 0 (controller) failed with TimeoutError" in text
     else:  # Open MPI's own report names the rank; the table printed at the start names its role
         assert f"rank {rank} " in text and ("signal 9" in text or "Killed" in text), text[-3000:]
     deadline = time.monotonic() + 15

@@ -19,6 +19,11 @@ class ControllerConfig(Section):
     # A rank that sends no heartbeat this long (stopped, frozen, its node lost) aborts the job,
     # named; each rank beats a dozen times per bound (runtime.liveness).
     liveness_timeout_s: float = Field(60.0, ge=1)
+    # A rank that beats but whose loop has not moved this long while its process slept (a
+    # deadlock, a wait that will never end) aborts the job, named; busy work is not stuck
+    # (runtime.liveness). Long: a slow filesystem or a huge batch may keep a loop still a
+    # while. 0: not watched.
+    stall_timeout_s: float = Field(600.0, ge=0)
     # auto: continue from the newest complete checkpoint in the run's checkpoint folder if there
     # is one, else start afresh; never: always start afresh (the folder's checkpoints are left
     # alone until new ones replace them); or the path of one checkpoint to continue from.

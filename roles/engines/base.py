@@ -35,6 +35,11 @@ class EngineConfig(Section):
     def _vllm_only_options(self) -> EngineConfig:
         if self.engine != "vllm" and self.compile is not None:
             raise ValueError(f"compile applies to engine: vllm only (engine is {self.engine!r})")
+        if self.engine != "vllm" and self.tensor_parallel != 1:
+            raise ValueError(
+                f"tensor_parallel ({self.tensor_parallel}) applies to engine: vllm only; the torch "
+                "engine runs the whole model on one device"
+            )
         return self
 
 

@@ -18,6 +18,7 @@ import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
 from roles.engines.base import Sample, SamplingConfig
+from runtime.loop_clock import LOOP
 
 
 class TorchEngine:
@@ -129,6 +130,7 @@ class TorchEngine:
             logits_to_keep=1,
         ).logits[:, -1]
         for t in range(T):
+            LOOP.tick()  # a long generation is progress, step by step (runtime.liveness)
             tok, lp = _pick(logits, sampling, self.eos_ids if t < min_new_tokens else None, gen)
             out_ids[live, t] = tok
             out_lp[live, t] = lp
