@@ -136,7 +136,7 @@ def build_actor(cfg: RoleMap, dist: Distributed, preflight: Preflight | None = N
         cfg.weights,
         table.comm,
         shards=policy.local_params() if table.role == "trainer" else None,
-        need=_generator_need() if table.role == "generator" else None,
+        need=_generator_need(cfg) if table.role == "generator" else None,
     )
     build = _BUILDERS.get(table.role)
     if build is None:
@@ -144,10 +144,13 @@ def build_actor(cfg: RoleMap, dist: Distributed, preflight: Preflight | None = N
     return build(cfg, dist, routes, schedule, policy, transport, preflight, resume)
 
 
-def _generator_need():
+def _generator_need(cfg: RoleMap):
     from transports.weights import Need
 
-    return Need()  # full weights: a vLLM engine splits them over its own devices itself
+    # Full weights (a vLLM engine splits them over its own devices itself), in the generator's
+    # dtype: a narrower one is cast by the trainers as they send.
+    dtype = cfg.world.generator.dtype
+    return Need(dtype=None if dtype in (None, cfg.model.dtype) else dtype)
 
 
 def _controller(cfg, dist, routes, schedule, policy, transport, preflight, resume):

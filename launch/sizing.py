@@ -127,6 +127,7 @@ def rank_needs(cfg: RoleMap, longest_prompt: int = 1) -> list[Need]:
     shape = model_shape(cfg.model.path)
     width = DTYPE_BYTES[cfg.model.dtype]
     weights = (shape.params or 0) * width
+    gen_width = DTYPE_BYTES[cfg.world.generator.dtype or cfg.model.dtype]
     needs = []
     trainers = cfg.world.colocated.ranks or cfg.world.trainer.ranks
     per_trainer_rows = cfg.rollout.prompts_per_step // max(trainers, 1) * cfg.rollout.samples_per_prompt
@@ -148,7 +149,7 @@ def rank_needs(cfg: RoleMap, longest_prompt: int = 1) -> list[Need]:
     if cfg.world.generator.engine == "torch" and shape.layers and shape.kv_width:
         batch_rows = min(TORCH_ENGINE_MAX_ROWS, cfg.generator_batch_prompts() * cfg.rollout.samples_per_prompt)
         tokens = longest_prompt + cfg.longest_response()
-        kv = batch_rows * tokens * shape.layers * 2 * shape.kv_width * width
+        kv = batch_rows * tokens * shape.layers * 2 * shape.kv_width * gen_width
     if cfg.world.colocated_mode:  # the same rank generates and trains
         needs[0].parts.append(("KV cache", kv))
         needs[0].lower += ", task.max_prompt_tokens"
@@ -156,7 +157,7 @@ def rank_needs(cfg: RoleMap, longest_prompt: int = 1) -> list[Need]:
         needs.append(
             Need(
                 "generator",
-                [("weights", weights), ("KV cache", kv)],
+                [("weights", (shape.params or 0) * gen_width), ("KV cache", kv)],
                 "rollout.max_new_tokens or task.max_prompt_tokens",
             )
         )

@@ -347,6 +347,7 @@ class ControllerActor(ForwardsStopSignals, Actor):
             "reward_s": scored.get("score_s", 0.0),
             "training_s": m.metrics.get("train_s"),
             "weight_sync_s": m.metrics.get("weight_send_s", 0.0) + gen.get("weight_load_s", 0.0),
+            "weight_sync_bytes": int(m.metrics.get("weight_send_bytes", 0)),  # the trainers' payload
             "generator_wait_s": gen.get("gen_wait_s", 0.0),
             "staleness_max": m.metrics.get("staleness_max"),
             "staleness_mean": m.metrics.get("staleness_mean"),

@@ -134,6 +134,9 @@ class TrainerActor(Actor):
         # After the last step nobody samples again: pushing would only delay shutdown.
         if self._push(self.version):
             metrics["pushed_version"] = float(self.version)
+            # What this rank put on the wire (each generator counted): halved by bf16 generators.
+            stats = getattr(self.sender, "stats", None)  # colocated ranks copy in place: no wire
+            metrics["weight_send_bytes"] = float(stats.nbytes) if stats is not None else 0.0
         metrics["weight_send_s"] = time.perf_counter() - t0
         preempted = self._agree(self._preempt)
         if preempted:
@@ -228,7 +231,7 @@ class TrainerActor(Actor):
 
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss_sum, trained_tokens, sums = 0.0, 0.0, collections.Counter()
+        loss_sum, trained_tokens, sums, mismatch_max = 0.0, 0.0, collections.Counter(), 0.0
         mb = algo.micro_batch
         starts = list(range(0, len(responses), mb))
         for start in starts + [None] * (self._micro_batches_of_slowest(len(starts)) - len(starts)):
@@ -254,6 +257,11 @@ class TrainerActor(Actor):
                 with torch.no_grad():
                     ref_logp, _ = response_logprobs(self.reference, prompts[sl], responses[sl], temperature)
             loss, m = losses.policy_loss(algo, logp, mu, adv, mask, ref_logp)
+            with torch.no_grad():  # the generator's precision (and lag) on the sampled tokens
+                gap = torch.where(mask, (logp.detach() - mu).abs(), torch.zeros_like(mu))
+                m["logp_mismatch_mean"] = gap.sum() / mask.sum().clamp(min=1)
+                if weight:
+                    mismatch_max = max(mismatch_max, float(gap.max()) if gap.numel() else 0.0)
             if fault_injected("nan-loss", self.step_index):  # the failure tests' hook
                 loss = loss * float("nan")
             n_tok = float(mask.sum()) * weight
@@ -290,6 +298,7 @@ class TrainerActor(Actor):
         }
         # Ratio and KL figures describe the tokens trained on.
         metrics.update({k: v / max(trained_tokens, 1) for k, v in sums.items() if k != "loss"})
+        metrics["logp_mismatch_max"] = mismatch_max
         return metrics
 
     def _nonfinite(self, loss: float, grad_norm: float) -> None:
@@ -334,7 +343,7 @@ class TrainerActor(Actor):
         return float(t)
 
     # Per-rank figures that add up over trainers; the rest are averaged or maxed.
-    _SUMMED = ("tokens", "samples", "trained_samples", "example_id_sum", "example_id_sqsum")
+    _SUMMED = ("tokens", "samples", "trained_samples", "example_id_sum", "example_id_sqsum", "weight_send_bytes")
     _MAXED = (
         "checkpoint_save_s",
         "nonfinite_skipped",
@@ -345,6 +354,7 @@ class TrainerActor(Actor):
         "weight_send_stall_s",
         "trainer_wait_s",
         "pushed_version",
+        "logp_mismatch_max",
     )
 
     def _reduce_metrics(self, metrics: dict[str, float]) -> dict[str, float]:

@@ -142,3 +142,25 @@ def test_colocated_ranks_take_turns(tmp_path, sft_model):
     assert [m["policy_version"] for m in metrics] == [1, 2, 3]
     assert all(m["staleness_max"] == 0 and m["trainer"]["samples"] == 16 * 8 for m in metrics)
     assert set(metrics[-1]["busy"]) == {"colocated", "reward"}
+
+
+def test_bfloat16_generators_of_a_float32_trainer(tmp_path, sft_model):
+    """world.generator.dtype: the generator samples in bf16, the weights travel as bf16 (half
+    the bytes of the float32 run's), and the precision gap is reported each step."""
+    fp32 = run(tmp_path / "fp32", sft_model, run={"steps": 3, "max_staleness": 0})
+    bf16 = run(
+        tmp_path / "bf16",
+        sft_model,
+        world={"generator": {"ranks": 1, "dtype": "bfloat16"}},
+        run={"steps": 3, "max_staleness": 0},
+    )
+    assert [m["policy_version"] for m in bf16] == [1, 2, 3]
+    # The last step pushes nothing (nobody samples after it): compare the steps that push.
+    assert fp32[0]["weight_sync_bytes"] > 0
+    assert [m["weight_sync_bytes"] * 2 for m in bf16[:-1]] == [m["weight_sync_bytes"] for m in fp32[:-1]]
+    # On-policy (staleness 0), so the gap between the trainer's pi and mu is the precision's alone.
+    for m in fp32:
+        assert m["trainer"]["logp_mismatch_mean"] < 1e-4
+    for m in bf16:
+        assert m["trainer"]["logp_mismatch_mean"] > 1e-4
+        assert m["trainer"]["logp_mismatch_max"] >= m["trainer"]["logp_mismatch_mean"]

@@ -1,6 +1,7 @@
 """Generation engines a generator rank can drive (``torch``, ``vllm``), built from ``EngineConfig``."""
 
 from roles.engines.base import EngineConfig, Sample, SamplingConfig
+from roles.models import torch_dtype
 
 
 def make_engine(config: EngineConfig, model, *, max_seqs: int, seed: int = 0, module=None):
@@ -14,7 +15,7 @@ def make_engine(config: EngineConfig, model, *, max_seqs: int, seed: int = 0, mo
 
         if module is not None:
             return TorchEngine(module)  # sample with the caller's module: shared, not copied
-        return TorchEngine(model.path, dtype=model.torch_dtype())
+        return TorchEngine(model.path, dtype=torch_dtype(config.dtype or model.dtype))
     if config.engine == "vllm":
         from roles.engines.vllm_engine import VllmEngine
 

@@ -25,6 +25,10 @@ class EngineConfig(Section):
     """Which engine a generator rank drives and its options (part of ``world.generator``)."""
 
     engine: Literal["torch", "vllm"] = "torch"  # torch: our KV-cache sampler; vllm: in-process vllm.LLM
+    # The generator's parameter dtype; None: model.dtype (the trainers'). A narrower one (a
+    # float32 trainer, bfloat16 generators) halves the weight bytes each sync moves: the
+    # trainers cast as they send. Its log-probs are then mu, and AIPO's ratio corrects it.
+    dtype: Literal["float32", "bfloat16", "float16"] | None = None
     tensor_parallel: int = Field(1, gt=0)  # devices one vLLM engine spans (GPU only)
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1)  # vLLM's share of device memory
     # vLLM: torch.compile the model (and CUDA graphs on GPUs). None = on GPUs, off on CPU, where

@@ -84,7 +84,7 @@ class VllmEngine:
         return cls(
             cls.Config(
                 model=model.path,
-                dtype=model.dtype,
+                dtype=engine.dtype or model.dtype,
                 tensor_parallel=engine.tensor_parallel,
                 gpu_memory_utilization=engine.gpu_memory_utilization,
                 max_num_seqs=max(max_seqs, 1),

@@ -32,6 +32,7 @@ _STEP = {
     "verifier_failures": "reward/verifier_failures",
     "verifier_timeouts": "reward/verifier_timeouts",
     "nonfinite_skipped": "train/nonfinite_skipped",
+    "weight_sync_bytes": "weights/sync_bytes",
 }
 
 # The trainer's own figures (the ``trainer`` dict of a line): the optimizer and AIPO's ratio.
@@ -41,6 +42,10 @@ _TRAINER = {
     "ratio_mean": "train/ratio_mean",
     "ratio_max": "train/ratio_max",
     "kl_mu_pi": "train/kl_mu_pi",
+    # |log pi - log mu| on the sampled tokens: what the generator's precision (and, when
+    # max_staleness > 0, its lag) costs; AIPO's ratio corrects both
+    "logp_mismatch_mean": "train/logp_mismatch_mean",
+    "logp_mismatch_max": "train/logp_mismatch_max",
     "kl_ref": "train/kl_ref",
     "trainer_wait_s": "timing/trainer_wait_s",
     "weight_send_stall_s": "timing/weight_send_stall_s",

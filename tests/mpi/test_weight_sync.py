@@ -93,16 +93,27 @@ def receive(receiver, version):
     return out
 
 
-def test_one_trainer_two_generators(world):
+def on_the_wire(weights: dict, generator_dtype) -> dict:
+    """What a generator that holds ``generator_dtype`` receives: each tensor cast to it when it
+    is narrower, else the trainers' own (it casts up itself as it loads)."""
+    if generator_dtype is None:
+        return weights
+    return {k: v.to(generator_dtype) if generator_dtype.itemsize < v.dtype.itemsize else v for k, v in weights.items()}
+
+
+@pytest.mark.parametrize("generator_dtype", [None, torch.bfloat16], ids=["same-dtype", "bf16-generators"])
+def test_one_trainer_two_generators(world, generator_dtype):
     """Milestone 1: trainer rank 0 holds the whole (unsharded) model; rank 1 stands by."""
     from roles.sharding import local_shards
     from transports.weights import Need, WeightReceiver, WeightSender, make_weight_transport
+    from transports.weights.plan import dtype_name
 
     def body():
         rank = world.rank
         model = tiny_llama(torch.float32) if rank == 0 else None
         shards = local_shards(model) if rank == 0 else None
-        need = Need() if rank in GENERATORS else None
+        wanted = None if generator_dtype is None else dtype_name(generator_dtype)
+        need = Need(dtype=wanted) if rank in GENERATORS else None
         ep = make_weight_transport(
             "torch", world.comm, shards=shards, need=need, group=world.weights, bucket_bytes=8192, pack_below=2048
         )
@@ -121,28 +132,44 @@ def test_one_trainer_two_generators(world):
             elif rank in GENERATORS:
                 assert isinstance(ep, WeightReceiver)
                 got = receive(ep, version)
-                check_generator(world, got, world.comm.recv(source=0, tag=11))
+                expected = world.comm.recv(source=0, tag=11)
+                check_generator(world, got, on_the_wire(expected, generator_dtype))
+                itemsize = 4 if generator_dtype is None else 2
+                assert ep.stats.nbytes == sum(t.numel() for t in expected.values()) * itemsize
 
     run_everywhere(world, body)
 
 
 @pytest.mark.parametrize(
-    "kind,dtype,copy",
+    "kind,dtype,copy,generator_dtype",
     [
-        ("torch", torch.float32, True),
-        ("torch", torch.bfloat16, False),
-        ("mpi", torch.float32, False),
-        ("mpi", torch.bfloat16, True),
+        ("torch", torch.float32, True, None),
+        ("torch", torch.bfloat16, False, None),
+        ("mpi", torch.float32, False, None),
+        ("mpi", torch.bfloat16, True, None),
+        ("torch", torch.float32, False, torch.bfloat16),
+        ("mpi", torch.float32, True, torch.bfloat16),
+        ("mpi", torch.bfloat16, False, torch.float32),
     ],
-    ids=["torch-fp32-copy", "torch-bf16-nocopy", "mpi-fp32-nocopy", "mpi-bf16-copy"],
+    ids=[
+        "torch-fp32-copy",
+        "torch-bf16-nocopy",
+        "mpi-fp32-nocopy",
+        "mpi-bf16-copy",
+        "torch-fp32-to-bf16-nocopy",
+        "mpi-fp32-to-bf16-copy",
+        "mpi-bf16-to-fp32-nocopy",
+    ],
 )
-def test_two_fsdp_trainers_two_generators(world, kind, dtype, copy):
+def test_two_fsdp_trainers_two_generators(world, kind, dtype, copy, generator_dtype):
     """FSDP2 shards on ranks 0-1 go straight to generators 2-3, across optimizer steps.
 
     copy=False sends from the parameters' memory; guard() makes optimizer.step() wait for it.
+    A generator of a narrower dtype gets the trainers' weights cast to it, bit for bit.
     """
     from roles.sharding import full_state, local_shards, shard_model
     from transports.weights import Need, make_weight_transport
+    from transports.weights.plan import dtype_name
 
     def body():
         rank = world.rank
@@ -157,7 +184,7 @@ def test_two_fsdp_trainers_two_generators(world, kind, dtype, copy):
             kind,
             world.comm,
             shards=local_shards(model) if is_trainer else None,
-            need=None if is_trainer else Need(),
+            need=None if is_trainer else Need(dtype=generator_dtype and dtype_name(generator_dtype)),
             group=world.weights,
             bucket_bytes=4096,
             pack_below=1024,
@@ -180,7 +207,7 @@ def test_two_fsdp_trainers_two_generators(world, kind, dtype, copy):
                         world.comm.send(expected, dest=g, tag=12)
             else:
                 got = receive(ep, version)
-                check_generator(world, got, world.comm.recv(source=0, tag=12))
+                check_generator(world, got, on_the_wire(world.comm.recv(source=0, tag=12), generator_dtype))
         if is_trainer:
             ep.wait()
 

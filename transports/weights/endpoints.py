@@ -108,6 +108,8 @@ class WeightSender:
         # moment the trainers feed different generators instead of queueing on the same one.
         turn = plan.trainers.index(self.rank)
         self._dsts = [bk.dsts[turn % len(bk.dsts) :] + bk.dsts[: turn % len(bk.dsts)] for bk in self._buckets]
+        # The dtype each parameter is packed as (a narrower generator's: cast while packing).
+        self._wire = {p.name: to_dtype(p.wire_dtype) for p in plan.params}
         self._inplace = [not copy and self._whole_rows(bk) for bk in self._buckets]
         self._offs, self._total = layout(0 if inp else bk.nbytes for bk, inp in zip(self._buckets, self._inplace))
         self._arena: torch.Tensor | None = None  # allocated at the first push, on the shards' device
@@ -132,7 +134,7 @@ class WeightSender:
                 flat = byte_view(shard_slice(s.tensor, s.offset, pc.box).contiguous())
             else:
                 flat = self._arena[off : off + bucket.nbytes]
-                pack(bucket, flat, by_name)  # pipelined: earlier buckets are on the wire meanwhile
+                pack(bucket, flat, by_name, self._wire)  # pipelined: earlier buckets are on the wire meanwhile
             handles += [self.channel.isend(flat, dst, bucket.tag) for dst in dsts]
         self._handles, self._t0 = handles, t0
         self.stats = SyncStats(version, self.plan.nbytes_from(self.rank), len(handles), post_s=time.perf_counter() - t0)
@@ -167,11 +169,12 @@ class WeightSender:
         return optimizer.register_step_pre_hook(wait_for_sends)
 
     def _whole_rows(self, bucket: Bucket) -> bool:
-        """One piece covering whole rows of the parameter: contiguous in the local shard."""
+        """One piece covering whole rows of the parameter, sent in its own dtype: its bytes are
+        contiguous in the local shard (a cast one must be packed)."""
         if len(bucket.pieces) != 1:
             return False
-        pc = bucket.pieces[0]
-        return box_shape(pc.box)[1:] == self.plan.spec(pc.name).shape[1:]
+        spec = self.plan.spec(bucket.pieces[0].name)
+        return box_shape(bucket.pieces[0].box)[1:] == spec.shape[1:] and spec.wire_dtype == spec.dtype
 
     def _check(self, by_name: dict[str, LocalShard]) -> torch.device:
         devices = set()
@@ -213,7 +216,7 @@ class WeightReceiver:
         offs, total = layout(sizes)
         self._arena = torch.empty(total, dtype=torch.uint8, device=self.device)
         self._staging = {
-            p.name: typed_view(self._arena, o, to_dtype(p.dtype), s) for p, o, s in zip(specs, offs, shapes)
+            p.name: typed_view(self._arena, o, to_dtype(p.wire_dtype), s) for p, o, s in zip(specs, offs, shapes)
         }
         # Single-piece buckets land in place (a piece is whole rows of the staging tensor);
         # multi-piece ones go through a flat buffer and are unpacked on arrival.

@@ -19,6 +19,7 @@ The plan knows no model family: which dims tensor parallelism splits comes in as
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -83,6 +84,10 @@ class Need:
     tp_rank: int = 0
     tp_size: int = 1
     split_dims: tuple[tuple[str, int], ...] = ()
+    # The dtype the generator holds its weights in ("bfloat16"); None: the trainers'. When it
+    # is narrower than a parameter's, the trainers cast as they pack and send the narrower
+    # bytes: the generator receives exactly ``weights.to(dtype)`` in half the bytes (fp32->bf16).
+    dtype: str | None = None
     _dims: dict[str, int] = field(init=False, repr=False, compare=False)  # split_dims by name
 
     def __post_init__(self):
@@ -93,9 +98,11 @@ class Need:
             raise ValueError(f"tp_size {self.tp_size} needs split_dims: which dim of which parameter is split")
         object.__setattr__(self, "split_dims", tuple((str(n), int(d)) for n, d in self.split_dims))
         object.__setattr__(self, "_dims", dict(self.split_dims))
+        if self.dtype is not None:
+            to_dtype(self.dtype)  # an unknown name fails here, on the generator, not in the plan
 
     def __reduce__(self):  # the lookup table is rebuilt on arrival, not sent
-        return Need, (self.tp_rank, self.tp_size, self.split_dims)
+        return Need, (self.tp_rank, self.tp_size, self.split_dims, self.dtype)
 
     def box(self, name: str, shape: tuple[int, ...]) -> Box:
         full = tuple((0, s) for s in shape)
@@ -114,11 +121,26 @@ class Need:
 class ParamSpec:
     name: str
     shape: tuple[int, ...]
-    dtype: str
+    dtype: str  # the trainers' dtype
+    wire: str | None = None  # the dtype it travels and is staged in (None: ``dtype``)
+
+    @property
+    def wire_dtype(self) -> str:
+        return self.wire or self.dtype
 
     @property
     def itemsize(self) -> int:
-        return torch.empty((), dtype=to_dtype(self.dtype)).element_size()
+        """Bytes per element on the wire and in the generator's staging memory."""
+        return torch.empty((), dtype=to_dtype(self.wire_dtype)).element_size()
+
+
+def wire_dtype(trainer: str, generator: str | None) -> str:
+    """What a parameter travels as: the generator's dtype when narrower, else the trainers'
+    (a wider generator casts up on its own side; the bytes are the same either way)."""
+    if generator is None or generator == trainer:
+        return trainer
+    size = {name: torch.empty((), dtype=to_dtype(name)).element_size() for name in (trainer, generator)}
+    return generator if size[generator] < size[trainer] else trainer
 
 
 @dataclass(frozen=True)
@@ -193,7 +215,11 @@ def build_plan(
         raise ValueError(f"bucket_bytes must be at least {ALIGN}, got {bucket_bytes}")
     pack_below = min(pack_below, bucket_bytes)
     trainers, generators = tuple(sorted(shards)), tuple(sorted(needs))
-    params = _params(shards)
+    wanted = {needs[g].dtype for g in generators}
+    if len(wanted) > 1:  # one bucket goes to several generators: they must want the same bytes
+        raise ValueError(f"the generators want their weights in different dtypes: {sorted(map(str, wanted))}")
+    (want,) = wanted
+    params = tuple(dataclasses.replace(p, wire=wire_dtype(p.dtype, want)) for p in _params(shards))
 
     held = {t: {m.name: (m.start, m.stop) for m in shards[t]} for t in trainers}
     need_boxes = {g: {p.name: needs[g].box(p.name, p.shape) for p in params} for g in generators}
@@ -337,11 +363,15 @@ def shard_slice(tensor: torch.Tensor, row0: int, box: Box) -> torch.Tensor:
     return tensor[(slice(a - row0, b - row0),) + tuple(slice(x, y) for x, y in rest)]
 
 
-def pack(bucket: Bucket, flat: torch.Tensor, shards: dict[str, LocalShard]) -> None:
-    """Copy the pieces of ``bucket`` from the trainer's local shards into ``flat`` (uint8)."""
+def pack(
+    bucket: Bucket, flat: torch.Tensor, shards: dict[str, LocalShard], wire: dict[str, torch.dtype] | None = None
+) -> None:
+    """Copy the pieces of ``bucket`` from the trainer's local shards into ``flat`` (uint8), cast
+    to their ``wire`` dtype (name -> dtype; None or a missing name: the shard's own)."""
     for pc in bucket.pieces:
         s = shards[pc.name]
-        typed_view(flat, pc.offset, s.tensor.dtype, box_shape(pc.box)).copy_(shard_slice(s.tensor, s.offset, pc.box))
+        dtype = (wire or {}).get(pc.name, s.tensor.dtype)
+        typed_view(flat, pc.offset, dtype, box_shape(pc.box)).copy_(shard_slice(s.tensor, s.offset, pc.box))
 
 
 def unpack(bucket: Bucket, flat: torch.Tensor, staging: dict[str, torch.Tensor], need: dict[str, Box]) -> None:
