@@ -144,9 +144,10 @@ def test_colocated_ranks_take_turns(tmp_path, sft_model):
     assert set(metrics[-1]["busy"]) == {"colocated", "reward"}
 
 
-def test_bfloat16_generators_of_a_float32_trainer(tmp_path, sft_model):
+def test_bfloat16_and_int8_generators_of_a_float32_trainer(tmp_path, sft_model):
     """world.generator.dtype: the generator samples in bf16, the weights travel as bf16 (half
-    the bytes of the float32 run's), and the precision gap is reported each step."""
+    the bytes of the float32 run's), and the precision gap is reported each step; likewise
+    world.generator.quantization: int8."""
     fp32 = run(tmp_path / "fp32", sft_model, run={"steps": 3, "max_staleness": 0})
     bf16 = run(
         tmp_path / "bf16",
@@ -164,3 +165,14 @@ def test_bfloat16_generators_of_a_float32_trainer(tmp_path, sft_model):
     for m in bf16:
         assert m["trainer"]["logp_mismatch_mean"] > 1e-4
         assert m["trainer"]["logp_mismatch_max"] >= m["trainer"]["logp_mismatch_mean"]
+    # int8 weight-only generators (quantized after each sync, on the generator): the job runs,
+    # the weights travel in the trainer's float32, and the gap is wider than bf16's
+    int8 = run(
+        tmp_path / "int8",
+        sft_model,
+        world={"generator": {"ranks": 1, "quantization": "int8"}},
+        run={"steps": 3, "max_staleness": 0},
+    )
+    assert [m["policy_version"] for m in int8] == [1, 2, 3]
+    assert [m["weight_sync_bytes"] for m in int8[:-1]] == [m["weight_sync_bytes"] for m in fp32[:-1]]
+    assert min(m["trainer"]["logp_mismatch_mean"] for m in int8) > 1e-3

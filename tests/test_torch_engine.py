@@ -208,3 +208,40 @@ def test_a_bfloat16_engine_samples_with_its_own_policy(model_dirs, prompts):
     # not vacuous: the same tokens at another temperature are far off
     other, _ = response_logprobs(engine.model, rows, [s.response_ids for s in out], 1.5)
     assert (other - mu)[mask].abs().mean().item() > 5e-2
+
+
+def test_an_int8_engine_requantizes_what_each_sync_brings(model_dirs, prompts):
+    """world.generator.quantization: int8. The linear layers hold torchao int8 weights; a sync
+    replaces and requantizes them without rebuilding the engine, from the received weights;
+    and mu stays the quantized policy's own."""
+    from torchao.quantization import Int8Tensor
+
+    engine = TorchEngine(model_dirs[0], quantization="int8")
+    layer = engine.model.model.layers[0].mlp.down_proj
+    assert isinstance(layer.weight, Int8Tensor)
+    assert not isinstance(engine.model.model.embed_tokens.weight, Int8Tensor)  # embeddings stay
+    model_before = engine.model
+    cfg = SamplingConfig(max_new_tokens=6, seed=3)
+    before = _flat(engine.generate(prompts, 4, cfg))
+    source = AutoModelForCausalLM.from_pretrained(model_dirs[1])
+    engine.load_weights(source.named_parameters())
+    assert engine.model is model_before and isinstance(layer.weight, Int8Tensor)
+    # the layer now holds model 1's weight, quantized: within int8's per-row error of it
+    want = source.model.layers[0].mlp.down_proj.weight.detach()
+    got = layer.weight.dequantize()
+    per_row = want.abs().amax(dim=1, keepdim=True) / 127
+    assert ((got - want).abs() <= per_row * 0.51 + 1e-6).all()
+    assert torch.equal(engine.model.model.embed_tokens.weight, source.model.embed_tokens.weight)  # copied
+    after = _flat(engine.generate(prompts, 4, cfg))
+    assert any(not np.array_equal(x.response_ids, y.response_ids) for x, y in zip(before, after))
+    rows = [p for p in prompts for _ in range(4)]
+    own, mask = response_logprobs(engine.model, rows, [s.response_ids for s in after], 1.0)
+    mu = torch.zeros_like(own)
+    for i, s in enumerate(after):
+        mu[i, : len(s.logprobs)] = torch.from_numpy(s.logprobs)
+    assert (own - mu)[mask].abs().max().item() < 1e-3  # mu is the int8 policy's own
+
+
+def test_an_unknown_quantization_is_refused(model_dirs):
+    with pytest.raises(ValueError, match="unknown quantization 'int3'"):
+        TorchEngine(model_dirs[0], quantization="int3")

@@ -15,7 +15,7 @@ def make_engine(config: EngineConfig, model, *, max_seqs: int, seed: int = 0, mo
 
         if module is not None:
             return TorchEngine(module)  # sample with the caller's module: shared, not copied
-        return TorchEngine(model.path, dtype=torch_dtype(config.dtype or model.dtype))
+        return TorchEngine(model.path, dtype=torch_dtype(config.dtype or model.dtype), quantization=config.quantization)
     if config.engine == "vllm":
         from roles.engines.vllm_engine import VllmEngine
 

@@ -29,6 +29,10 @@ class EngineConfig(Section):
     # float32 trainer, bfloat16 generators) halves the weight bytes each sync moves: the
     # trainers cast as they send. Its log-probs are then mu, and AIPO's ratio corrects it.
     dtype: Literal["float32", "bfloat16", "float16"] | None = None
+    # Weight quantization for generation, applied by the generator to the weights it receives
+    # (the trainers never quantize): int8 weight-only linear layers (torchao) for the torch
+    # engine. None: none.
+    quantization: Literal["int8"] | None = None
     tensor_parallel: int = Field(1, gt=0)  # devices one vLLM engine spans (GPU only)
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1)  # vLLM's share of device memory
     # vLLM: torch.compile the model (and CUDA graphs on GPUs). None = on GPUs, off on CPU, where
@@ -39,6 +43,11 @@ class EngineConfig(Section):
     def _vllm_only_options(self) -> EngineConfig:
         if self.engine != "vllm" and self.compile is not None:
             raise ValueError(f"compile applies to engine: vllm only (engine is {self.engine!r})")
+        if self.quantization is not None and self.engine != "torch":
+            raise ValueError(
+                f"quantization {self.quantization!r} is the torch engine's (torchao int8 weight-only); "
+                "vLLM's on-the-fly quantization is not wired in yet: use engine: torch"
+            )
         if self.engine != "vllm" and self.tensor_parallel != 1:
             raise ValueError(
                 f"tensor_parallel ({self.tensor_parallel}) applies to engine: vllm only; the torch "

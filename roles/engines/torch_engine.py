@@ -34,6 +34,7 @@ class TorchEngine:
         device: str | torch.device = "cpu",
         dtype: torch.dtype | None = None,
         max_batch_rows: int = 512,
+        quantization: str | None = None,
     ):
         if isinstance(model, (str, Path)):
             from transformers import AutoModelForCausalLM
@@ -51,6 +52,14 @@ class TorchEngine:
         self.eos_ids = torch.tensor(eos, dtype=torch.long, device=self.device)
         pad = cfg.pad_token_id if cfg.pad_token_id is not None else (eos[0] if eos else 0)
         self.pad_id = int(pad)  # only ever sits under a 0 in the attention mask
+        self.dtype = next(self.model.parameters()).dtype  # what received weights are cast to
+        # int8 weight-only linear layers (roles.engines.quantization), redone after each sync
+        self.quant = None
+        if quantization is not None:
+            from roles.engines.quantization import Int8WeightOnly, check_scheme
+
+            check_scheme(quantization)
+            self.quant = Int8WeightOnly(self.model)
         self._params = dict(self.model.state_dict(keep_vars=True))
 
     # ------------------------------------------------------------------ Engine protocol
@@ -74,6 +83,9 @@ class TorchEngine:
         """
         with torch.no_grad():
             for name, tensor in named_tensors:
+                if self.quant is not None and self.quant.owns(name):
+                    self.quant.load(name, tensor, self.dtype)
+                    continue
                 param = self._params.get(name)
                 if param is None:
                     raise KeyError(f"load_weights: unknown parameter {name!r}")
@@ -82,6 +94,8 @@ class TorchEngine:
                         f"load_weights: {name!r} has shape {tuple(tensor.shape)}, the model's is {tuple(param.shape)}"
                     )
                 param.copy_(tensor)
+            if self.quant is not None:
+                self.quant.requantize()
 
     # ------------------------------------------------------------------ decode loop
 
