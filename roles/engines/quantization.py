@@ -15,6 +15,7 @@ full precision (quantizing it would untie the two).
 from __future__ import annotations
 
 import warnings
+
 import torch
 
 SCHEMES = ("int8",)
