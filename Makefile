@@ -66,6 +66,7 @@ bench: $(STAMP)
 	$(PY) bench/async_vs_sync.py
 	$(PY) bench/rewards.py
 	$(MPIRUN) -n 2 $(PY) bench/checkpoint.py
+	$(PY) bench/precision.py
 
 clean:
 	rm -rf $(VENV) runs
