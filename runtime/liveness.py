@@ -16,7 +16,8 @@ loop uses the mailbox's communicator.
 A beating process whose loop is stuck (a deadlocked engine, a wait on a peer that will never
 answer) is told apart from a busy one by two figures each beat carries, from :data:`LOOP`:
 how long since the loop last made progress (``LOOP.tick()``: every turn of the actor loop,
-every decode step of the torch engine, every micro-batch, every chunk a checkpoint writes),
+every decode step of the torch engine, every micro-batch, every chunk a checkpoint writes,
+every second of a vLLM generate),
 and how much CPU the process has used since. Busy work burns CPU (generation, training,
 MPI's own polling waits); a deadlock sleeps. So a rank whose loop has not moved for
 ``run.stall_timeout_s`` (10 minutes by default) while its process used under a tenth of a

@@ -6,6 +6,8 @@ and the checkpoint writer can tick without importing MPI.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 
 
@@ -24,6 +26,27 @@ class LoopClock:
     def tick(self) -> None:
         self.cpu_at_last = time.process_time()
         self.last = time.monotonic()
+
+    @contextlib.contextmanager
+    def ticking(self, every_s: float = 1.0):
+        """Tick from a thread while the block runs: for a long call that cannot tick itself and
+        whose work may not show as this process's CPU (vLLM's engine core runs in a process of
+        its own). Hangs inside it are then left to that library's own checks."""
+        done = threading.Event()
+
+        def beat():
+            while not done.wait(every_s):
+                self.tick()
+
+        thread = threading.Thread(target=beat, name="mpirl-loop-ticker", daemon=True)
+        self.tick()
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join(timeout=every_s + 5)
+            self.tick()
 
     def stuck(self) -> tuple[float, float]:
         """(seconds since the last tick, CPU seconds of this process since); 0s before any tick."""

@@ -102,3 +102,12 @@ def test_the_controller_watches_its_own_loop_from_a_thread():
     time.sleep(0.3)
     off.stop()
     assert busy == []
+
+
+def test_a_long_call_that_cannot_tick_itself_counts_as_progress_while_it_runs():
+    clock = LoopClock()
+    with clock.ticking(every_s=0.05):
+        time.sleep(0.4)  # a vLLM generate: the work is in another process
+        assert clock.stuck()[0] < 0.3
+    time.sleep(0.3)
+    assert clock.stuck()[0] >= 0.25  # after the call, stillness counts again

@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from roles.engines.base import Sample, SamplingConfig
+from runtime.loop_clock import LOOP
 
 _GiB = 1 << 30
 _VLLM_GROUP_NAME_OFFSET = 1_000_000  # see _private_torch_world
@@ -130,7 +131,10 @@ class VllmEngine:
                 )
             )
         inputs = [TokensPrompt(prompt_token_ids=np.asarray(p, dtype=np.int64).tolist()) for p in prompts]
-        outputs = self._llm.generate(inputs, params, use_tqdm=False)
+        # vLLM's engine core works in a process of its own, so this rank's CPU says nothing
+        # about progress: the call counts as progress throughout (runtime.loop_clock).
+        with LOOP.ticking():
+            outputs = self._llm.generate(inputs, params, use_tqdm=False)
         return [[_sample(c) for c in sorted(out.outputs, key=lambda c: c.index)] for out in outputs]
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
