@@ -199,17 +199,6 @@ class RoleMap(Section):
                 f"rollout.prompts_per_step ({self.rollout.prompts_per_step}) must divide evenly "
                 f"over the {trainers} training ranks (each trains on an equal share)"
             )
-        dtype = self.world.generator.dtype
-        if self.world.colocated_mode and dtype not in (None, self.model.dtype):
-            raise ValueError(
-                f"world.generator.dtype ({dtype}): colocated ranks sample with the module they train "
-                f"(model.dtype {self.model.dtype}); a generation dtype of their own is not supported yet"
-            )
-        if self.world.colocated_mode and self.world.generator.quantization:
-            raise ValueError(
-                "world.generator.quantization: colocated ranks sample with the module they train, "
-                "which is not quantized; not supported yet"
-            )
         if self.world.colocated_mode and self.run.max_staleness != 0:
             raise ValueError(
                 "run.max_staleness: colocated ranks take turns, so they are synchronous; "

@@ -277,9 +277,13 @@ def _trainer(cfg, dist, routes, schedule, policy, transport, preflight, resume):
 def _colocated(cfg, dist, routes, schedule, policy, transport, preflight, resume):
     from roles.colocated import ColocatedActor, LocalEngineSync
 
-    # The torch engine samples with the trained module itself; vLLM needs a reload.
-    engine = _engine(cfg, dist, module=policy.model)
-    sync = LocalEngineSync(engine, shares_module=cfg.world.generator.engine == "torch")
+    # The torch engine samples with the trained module itself, unless it samples in a dtype or
+    # quantization of its own: then, like vLLM, it holds a copy that each step's push reloads
+    # (cast, or requantized, as it is copied).
+    g = cfg.world.generator
+    shares = g.engine == "torch" and g.dtype in (None, cfg.model.dtype) and g.quantization is None
+    engine = _engine(cfg, dist, module=policy.model if shares else None)
+    sync = LocalEngineSync(engine, shares_module=shares)
     return ColocatedActor(
         dist.mailbox,
         cfg.algorithm,

@@ -131,17 +131,24 @@ def test_sharded_trainers_feed_two_generators(tmp_path, sft_model, transport):
     assert sum(p.numel() for p in model.parameters()) > 500_000
 
 
-def test_colocated_ranks_take_turns(tmp_path, sft_model):
-    """The DeepSpeed-Chat-like baseline: 2 ranks generate, then train data-parallel, in turn."""
+@pytest.mark.parametrize("generation", [{}, {"dtype": "bfloat16"}], ids=["shared-module", "bf16-copy"])
+def test_colocated_ranks_take_turns(tmp_path, sft_model, generation):
+    """The DeepSpeed-Chat-like baseline: 2 ranks generate, then train data-parallel, in turn.
+    With a generation dtype of their own they sample from a bf16 copy reloaded each step."""
     metrics = run(
         tmp_path,
         sft_model,
-        world={"generator": {"ranks": 0}, "trainer": 0, "colocated": 2},
+        world={"generator": {"ranks": 0, **generation}, "trainer": 0, "colocated": 2},
         run={"steps": 3, "max_staleness": 0},
     )
     assert [m["policy_version"] for m in metrics] == [1, 2, 3]
     assert all(m["staleness_max"] == 0 and m["trainer"]["samples"] == 16 * 8 for m in metrics)
     assert set(metrics[-1]["busy"]) == {"colocated", "reward"}
+    gaps = [m["trainer"]["logp_mismatch_mean"] for m in metrics]
+    if generation:  # on-policy: the gap is the bf16 copy's, and it follows the trained weights
+        assert min(gaps) > 1e-4 and max(gaps) < 0.05
+    else:  # the engine samples with the trained module itself
+        assert max(gaps) < 1e-4
 
 
 def test_bfloat16_and_int8_generators_of_a_float32_trainer(tmp_path, sft_model):
