@@ -213,6 +213,18 @@ class RoleMap(Section):
         return self
 
     @model_validator(mode="after")
+    def _stall_bound_above_the_longest_wait(self) -> RoleMap:
+        # A reward rank waits up to reward.timeout_s for one response while its workers (other
+        # processes) score it: its loop stands still meanwhile, and must not look stuck.
+        stall = self.run.stall_timeout_s
+        if stall and stall <= self.reward.timeout_s:
+            raise ValueError(
+                f"run.stall_timeout_s ({stall:g}) must exceed reward.timeout_s ({self.reward.timeout_s:g}): "
+                "a reward rank's loop waits that long for one response (or set it to 0: not watched)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _groups_can_learn(self) -> RoleMap:
         # Every advantage here is relative to the prompt's group: with one sample per prompt
         # each advantage is 0, and the run would train for hours on nothing.

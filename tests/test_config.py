@@ -382,3 +382,13 @@ def test_a_read_only_run_folder_is_refused_by_check_and_launch(base_config, tmp_
     assert re.search(r"run\.out: '.*/ro' is not writable by this user", lines[0]), lines[0]
     assert re.search(r"run\.out: cannot write in '.*/ro/run': Read-only file system", lines[1]), lines[1]
     assert not (ro / "run").exists()  # outside the namespace: nothing was created
+
+
+def test_the_stall_bound_must_exceed_the_reward_timeout(base_config):
+    raw = copy.deepcopy(base_config)
+    raw["run"]["stall_timeout_s"] = 30
+    raw["reward"] = {"name": "arith_exact", "timeout_s": 60}
+    with pytest.raises(config.ConfigError, match=r"run.stall_timeout_s \(30\) must exceed reward.timeout_s \(60\)"):
+        config.parse(raw)
+    raw["run"]["stall_timeout_s"] = 0  # not watched
+    assert config.parse(raw).run.stall_timeout_s == 0

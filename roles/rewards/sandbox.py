@@ -36,6 +36,7 @@ from roles.rewards import REWARDS, reward_object
 from roles.rewards import worker as _worker
 from roles.rewards.combine import ComponentSpec, check_labels
 from roles.rewards.worker import RewardBuildError
+from runtime.loop_clock import LOOP
 
 # Items queued in one worker: enough to hide the round trip and send several per message,
 # few enough that a call spreads evenly over several workers.
@@ -166,6 +167,9 @@ class RewardSandbox:
                 self._replace(i)
         try:
             while pending or any(w.held for w in self._workers):
+                # Progress, for the stuck-loop watch: the scoring is the workers' (other
+                # processes' CPU), and each wait below ends within reward.timeout_s.
+                LOOP.tick()
                 self._dispatch(pending, payloads, out)
                 busy = [w for w in self._workers if w.held]
                 if not busy:  # every send found its worker dead: they were replaced, dispatch again
