@@ -39,7 +39,9 @@ class Actor:
         self.spans = Spans(table.rank, table.role, table.index)  # busy intervals, for timelines
         self.running = True
         self.stop_reason: str | None = None
-        self.handled = 0  # messages dispatched so far (the fault tests' clock: runtime.faults)
+        # Messages dispatched so far: the fault tests' clock (runtime.faults). Private: actors
+        # (and tests) keep their own counts and lists of what they handled.
+        self._dispatched = 0
         self._handlers = {}
         for name in dir(type(self)):
             fn = getattr(type(self), name)
@@ -77,8 +79,8 @@ class Actor:
                 f"{type(self).__name__} at {self.mailbox.address} has no handler for "
                 f"{type(env.msg).__name__} (from {env.sender})"
             )
-        self.handled += 1
-        actor_fault(self.mailbox.role_table.role, self.handled)
+        self._dispatched += 1
+        actor_fault(self.mailbox.role_table.role, self._dispatched)
         handler(env)
 
     def handle_pending(self) -> int:
