@@ -208,7 +208,7 @@ ROLE_RANKS = {"controller": 0, "generator": 1, "reward": 2, "trainer": 3}  # exa
 FAULT_BOUND_S = 20  # from the fault to the job's end: MPI's abort (and a stall's 5 s), on a slow shared machine
 
 
-STALL_S = 5.0
+STALL_S = 6.0  # must exceed reward.timeout_s (5 s by default): a reward rank's loop waits that long
 MATRIX = [(role, kind) for kind in ("raise", "kill", "hang") for role in ROLE_RANKS]
 
 
