@@ -16,6 +16,7 @@ from roles.generator import generate_batch, publish_batch
 from roles.protocol import PromptBatch
 from roles.trainer import TrainerActor
 from runtime import Envelope, handles
+from transports.weights.endpoints import SyncStats
 
 
 class LocalEngineSync:
@@ -30,6 +31,7 @@ class LocalEngineSync:
         self.engine = engine
         self.shares_module = shares_module
         self.last_s = 0.0
+        self.stats = SyncStats()  # as a WeightSender's: nothing goes on a wire (nbytes 0)
 
     def push(self, shards, version: int) -> None:
         """``shards``: the rank's LocalShards; a replica's are whole tensors."""

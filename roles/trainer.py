@@ -135,8 +135,7 @@ class TrainerActor(Actor):
         if self._push(self.version):
             metrics["pushed_version"] = float(self.version)
             # What this rank put on the wire (each generator counted): halved by bf16 generators.
-            stats = getattr(self.sender, "stats", None)  # colocated ranks copy in place: no wire
-            metrics["weight_send_bytes"] = float(stats.nbytes) if stats is not None else 0.0
+            metrics["weight_send_bytes"] = float(self.sender.stats.nbytes)
         metrics["weight_send_s"] = time.perf_counter() - t0
         preempted = self._agree(self._preempt)
         if preempted:

@@ -69,17 +69,6 @@ class Int8WeightOnly:
         quantize_(self.model, config(), filter_fn=lambda module, fqn: module in dirty)
         self._dirty = set()
 
-    def quantized_bytes(self) -> int:
-        """Bytes the quantized weights hold (values and scales)."""
-        total = 0
-        for module in self.layers.values():
-            w = module.weight
-            for part in ("qdata", "scale"):
-                t = getattr(w, part, None)
-                if isinstance(t, torch.Tensor):
-                    total += t.numel() * t.element_size()
-        return total
-
 
 def check_scheme(name: str | None) -> None:
     if name is not None and name not in SCHEMES:
