@@ -9,7 +9,7 @@ state, each layout in turn:
 - ``trainers: 2``: ranks 0-1 shard it with FSDP2 and each writes its own shards.
 
 ``save_s`` is ``roles.checkpoint.save_trainer_state`` (torch.distributed.checkpoint with
-direct-I/O files, ``roles.direct_io``), barrier to barrier; ``load_s`` its
+raw shard files written by direct I/O, ``roles.raw_shards``), barrier to barrier; ``load_s`` its
 ``load_trainer_state`` into a fresh model and optimizer (from the disk: the save's direct I/O
 leaves nothing in the page cache). ``bytes``
 is what landed on disk. ``raw_s`` writes each writer's same tensors' bytes (same content: a

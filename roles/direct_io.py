@@ -20,13 +20,14 @@ way, so a file is on the disk when its stream is closed.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import io
 import mmap
 import os
 from collections.abc import Generator
-from contextlib import contextmanager
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +44,7 @@ CHUNK_BYTES = 16 << 20
 MEMMOVE_BYTES = 64 << 10
 
 
-@contextmanager
+@contextlib.contextmanager
 def without_zip_crc() -> Generator[None, None, None]:
     """``torch.save`` skips the zip CRC-32 inside this block (see the module docstring)."""
     before = serialization_config.save.compute_crc32
@@ -71,23 +72,29 @@ def open_direct(path: str | os.PathLike) -> tuple[int, bool]:
 class DirectWriteStream(io.RawIOBase):
     """A write-only file stream that writes whole aligned chunks, bypassing the page cache.
 
-    ``write`` copies into a page-aligned buffer and writes it out each time it fills; ``close``
-    writes the tail (padded to ``ALIGN``), cuts the file to the bytes written, and ``fsync``\\ s.
-    ``flush`` writes nothing (a partial chunk would break the alignment of the next), so the
-    file is complete only once closed, which is when DCP considers it written.
+    ``write`` copies into one of two page-aligned buffers; each time it fills, a background
+    thread writes it out while ``write`` goes on filling the other, so the copy and the disk
+    overlap (both release the GIL). ``close`` writes the tail (padded to ``ALIGN``), cuts the
+    file to the bytes written, and ``fsync``\\ s. ``flush`` writes nothing (a partial chunk
+    would break the alignment of the next), so the file is complete only once closed, which is
+    when DCP considers it written.
     """
 
-    def __init__(self, path: str | os.PathLike, chunk_bytes: int = CHUNK_BYTES):
+    def __init__(self, path: str | os.PathLike, chunk_bytes: int | None = None):
         super().__init__()
+        chunk_bytes = CHUNK_BYTES if chunk_bytes is None else chunk_bytes
         if chunk_bytes <= 0 or chunk_bytes % ALIGN:
             raise ValueError(f"chunk_bytes must be a positive multiple of {ALIGN}, got {chunk_bytes}")
         self.path = Path(path)
         self._fd, self.direct = open_direct(path)
-        self._buffer = mmap.mmap(-1, chunk_bytes)  # anonymous mappings are page-aligned
-        self._view = memoryview(self._buffer)
-        self._address = ctypes.addressof(ctypes.c_char.from_buffer(self._buffer))
-        self._filled = 0  # bytes in the buffer not yet written
-        self._written = 0  # bytes already on the file (a multiple of the chunk)
+        self._buffers = [mmap.mmap(-1, chunk_bytes) for _ in range(2)]  # anonymous: page-aligned
+        self._views = [memoryview(b) for b in self._buffers]
+        self._addresses = [ctypes.addressof(ctypes.c_char.from_buffer(b)) for b in self._buffers]
+        self._current = 0  # the buffer being filled; the other may be in flight
+        self._in_flight: Future | None = None
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mpirl-direct-io")
+        self._filled = 0  # bytes in the current buffer not yet written
+        self._written = 0  # bytes handed to the disk (a multiple of the chunk)
 
     def writable(self) -> bool:
         return True
@@ -103,33 +110,46 @@ class DirectWriteStream(io.RawIOBase):
             raise ValueError("write to a closed DirectWriteStream")
         src = memoryview(data).cast("B")
         size, done = len(src), 0
-        # ctypes.memmove releases the GIL (a memoryview slice assignment holds it), so the DCP
-        # writer threads copy in parallel with each other and with the writes. Only for large
-        # pieces: the zip headers torch writes in between are a few bytes each.
+        # ctypes.memmove releases the GIL (a memoryview slice assignment holds it), so the copy
+        # runs beside the writer thread and other Python threads. Only for large pieces: the
+        # headers written in between are a few bytes each.
         address = np.frombuffer(src, np.uint8).ctypes.data if size >= MEMMOVE_BYTES else None
         while done < size:
-            n = min(size - done, len(self._view) - self._filled)
+            view = self._views[self._current]
+            n = min(size - done, len(view) - self._filled)
             if address is None:
-                self._view[self._filled : self._filled + n] = src[done : done + n]
+                view[self._filled : self._filled + n] = src[done : done + n]
             else:
-                ctypes.memmove(self._address + self._filled, address + done, n)
+                ctypes.memmove(self._addresses[self._current] + self._filled, address + done, n)
             self._filled += n
             done += n
-            if self._filled == len(self._view):
-                self._write_out(len(self._view))
+            if self._filled == len(view):
+                self._hand_off(len(view))
         return size
 
     def flush(self) -> None:
         """Nothing to do before ``close`` (see the class docstring)."""
 
-    def _write_out(self, length: int) -> None:
-        """Write the buffer's first ``length`` bytes (a multiple of ALIGN) at the file's end."""
-        view, done = self._view[:length], 0
-        while done < length:
-            done += os.write(self._fd, view[done:])
-        LOOP.tick()  # a long save to a slow filesystem is progress, chunk by chunk
+    def _hand_off(self, length: int) -> None:
+        """Write the current buffer's first ``length`` bytes (a multiple of ALIGN) at the file's
+        end in the background, once the previous write is done, and fill the other meanwhile."""
+        self._wait_in_flight()
+        self._in_flight = self._writer.submit(self._write_all, self._current, length, self._written)
         self._written += length
+        self._current = 1 - self._current
         self._filled = 0
+
+    def _write_all(self, buffer: int, length: int, offset: int) -> None:
+        done = 0
+        while done < length:
+            with self._views[buffer][done:length] as rest:  # released at once: close frees the buffer
+                done += os.pwrite(self._fd, rest, offset + done)
+        LOOP.tick()  # a long save to a slow filesystem is progress, chunk by chunk
+
+    def _wait_in_flight(self) -> None:
+        if self._in_flight is not None:
+            pending, self._in_flight = self._in_flight, None
+            pending.result()  # a failed write raises here, in the writing thread's caller
 
     def close(self) -> None:
         if self.closed:
@@ -138,13 +158,19 @@ class DirectWriteStream(io.RawIOBase):
             logical = self.tell()
             if self._filled:
                 padded = -(-self._filled // ALIGN) * ALIGN
-                self._view[self._filled : padded] = bytes(padded - self._filled)
-                self._write_out(padded)
+                self._views[self._current][self._filled : padded] = bytes(padded - self._filled)
+                self._hand_off(padded)
+            self._wait_in_flight()
             os.ftruncate(self._fd, logical)
             os.fsync(self._fd)
         finally:
-            self._view.release()
-            self._buffer.close()
+            if self._in_flight is not None:  # an error above: let the write end before freeing
+                with contextlib.suppress(Exception):
+                    self._in_flight.result()
+            self._writer.shutdown(wait=True)
+            for view, buffer in zip(self._views, self._buffers):
+                view.release()
+                buffer.close()
             os.close(self._fd)
             super().close()
 
@@ -152,7 +178,7 @@ class DirectWriteStream(io.RawIOBase):
 class DirectFileSystem(FileSystem):
     """DCP's local filesystem, with files opened for writing as :class:`DirectWriteStream`."""
 
-    @contextmanager
+    @contextlib.contextmanager
     def create_stream(self, path: str | os.PathLike, mode: str) -> Generator[io.IOBase, None, None]:
         if mode != "wb":
             with super().create_stream(path, mode) as stream:

@@ -6,7 +6,8 @@ Ranks 0-1 shard a tiny Llama with FSDP2 and take AdamW steps; they save with
 ``roles.checkpoint.save_trainer_state`` (each its own shards). Rank 2 trains the same model
 unsharded and saves it alone (no_dist). Then fresh models load the checkpoints back: the two
 trainers their own (parameters and optimizer state identical), rank 2 its own, and rank 3 the
-two trainers' shards onto one unsharded model (resharding) — identical to the whole model.
+two trainers' shards onto one unsharded model (resharding) — identical to the whole model;
+and ranks 0-1 rank 2's whole checkpoint onto two shards (each reads its rows of every tensor).
 """
 
 import traceback
@@ -116,6 +117,19 @@ def test_save_and_load_with_one_and_two_trainers_and_reshard(tmp_path_factory):
             got_optim = full_optim(model, opt)
             for key, t in reference[1].items():
                 assert torch.equal(got_optim[key], t), key
+        # One trainer's whole tensors onto two FSDP2 shards: resharding the other way.
+        single = comm.bcast(
+            ({k: v.cpu() for k, v in want[0].items()}, want[1]) if rank == SINGLE else None, root=SINGLE
+        )
+        if rank in TRAINERS:
+            model = shard_model(tiny_llama(seed=7), group)
+            opt = adamw(model)
+            checkpoint.load_trainer_state(single_dir, model, opt, group)
+            got = (full_state(model), full_optim(model, opt))
+            for name, t in single[0].items():
+                assert torch.equal(got[0][name], t), name
+            for key, t in single[1].items():
+                assert torch.equal(got[1][key], t), key
     except Exception:
         err = f"rank {rank}:\n{traceback.format_exc()}"
     errors = [e for e in comm.allgather(err) if e]
