@@ -1,6 +1,15 @@
 """``mpirun -n N python -m launch CONFIG``: the canonical entry point (also under srun)."""
 
-from launch.main import main
+import os
+
+# Before MPI starts (Open MPI reads its settings at MPI_Init). Across nodes, a rank whose TCP
+# peer died aborts at once ("Socket closed", MPI_ERRORS_ARE_FATAL), and its abort reached
+# mpirun before the dead rank's own node reported the death: the job's last words named the
+# wrong rank. Two seconds of delay on an abort let the report that names the dead rank win
+# (tests/hpc/test_cross_node.py). Other MPIs ignore it; a value the user set wins.
+os.environ.setdefault("OMPI_MCA_opal_abort_delay", "2")
+
+from launch.main import main  # noqa: E402
 
 if __name__ == "__main__":
     main()

@@ -438,6 +438,26 @@ def rank_ranges(cfg: RoleMap) -> str:
     return ", ".join(parts)
 
 
+def placement(cfg: RoleMap, hosts: list[str]) -> str:
+    """Which node runs which ranks, in one line (``node-a: 0-1 controller, generator; node-b:
+    2-3 reward, trainer``): printed at launch when the job spans nodes, so a user sees where
+    the hostfile and ``--map-by`` put each role."""
+    roles = cfg.world.roles_by_rank()
+    by_host: dict[str, list[int]] = {}
+    for rank, host in enumerate(hosts):
+        by_host.setdefault(host, []).append(rank)
+    parts = []
+    for host, ranks in by_host.items():
+        runs, start = [], ranks[0]
+        for prev, cur in zip(ranks, ranks[1:] + [None]):
+            if cur != prev + 1:
+                runs.append(f"{start}-{prev}" if prev > start else f"{start}")
+                start = cur
+        names = list(dict.fromkeys(roles[r] for r in ranks))
+        parts.append(f"{host}: {','.join(runs)} {', '.join(names)}")
+    return "; ".join(parts)
+
+
 def rank_table(cfg: RoleMap) -> str:
     rows = ["rank  role        index"]
     counters: dict[str, int] = {}

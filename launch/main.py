@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     # The checkpoint to resume from is found (and checked against the role map) the same way,
     # and the dashboards started: one that cannot start is a config error before any work.
     preflight, resume, problem = None, None, None
+    hosts = world.gather(MPI.Get_processor_name(), root=0)
     if world.Get_rank() == 0:
         from launch.job import prepare_controller
         from launch.resume import find_resume
@@ -57,6 +58,8 @@ def main(argv: list[str] | None = None) -> None:
             resume = find_resume(cfg)
             preflight = prepare_controller(cfg, resume)
             print(f"mpirl: ranks {config.rank_ranges(cfg)}", flush=True)
+            if len(set(hosts)) > 1:
+                print(f"mpirl: nodes {config.placement(cfg, hosts)}", flush=True)
             print(f"mpirl: {preflight.data.describe(cfg.task.name)}", flush=True)
             if resume is not None:
                 print(f"mpirl: resuming from {resume.path} ({resume.steps_done} steps done)", flush=True)

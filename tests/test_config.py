@@ -314,6 +314,17 @@ def test_the_rank_ranges_line_names_every_rank_once(base_config):
     assert config.rank_ranges(config.parse(raw)) == "0 controller, 1-3 generator, 4 reward, 5-6 trainer"
 
 
+def test_the_placement_line_groups_each_nodes_ranks_and_roles(base_config):
+    raw = copy.deepcopy(base_config)
+    raw["world"] = {"controller": 1, "generator": {"ranks": 3}, "reward": 1, "trainer": 2}
+    raw["rollout"]["prompts_per_step"] = 4
+    cfg = config.parse(raw)
+    # Round-robin mapping (--map-by node) interleaves a node's ranks.
+    hosts = ["a", "b", "a", "b", "a", "b", "a"]
+    assert config.placement(cfg, hosts) == "a: 0,2,4,6 controller, generator, trainer; b: 1,3,5 generator, reward, trainer"
+    assert config.placement(cfg, ["a"] * 4 + ["b"] * 3) == "a: 0-3 controller, generator; b: 4-6 reward, trainer"
+
+
 def test_one_sample_per_prompt_is_refused_as_learning_nothing(base_config):
     raw = copy.deepcopy(base_config)
     raw["rollout"]["samples_per_prompt"] = 1
