@@ -321,7 +321,9 @@ def test_the_placement_line_groups_each_nodes_ranks_and_roles(base_config):
     cfg = config.parse(raw)
     # Round-robin mapping (--map-by node) interleaves a node's ranks.
     hosts = ["a", "b", "a", "b", "a", "b", "a"]
-    assert config.placement(cfg, hosts) == "a: 0,2,4,6 controller, generator, trainer; b: 1,3,5 generator, reward, trainer"
+    assert config.placement(cfg, hosts) == (
+        "a: 0,2,4,6 controller, generator, reward, trainer; b: 1,3,5 generator, trainer"
+    )
     assert config.placement(cfg, ["a"] * 4 + ["b"] * 3) == "a: 0-3 controller, generator; b: 4-6 reward, trainer"
 
 
