@@ -1,16 +1,17 @@
 """A cluster of several nodes on one machine: Linux network namespaces that MPI sees as hosts.
 
 Each node is a network namespace with its own interface (``eth0``, an address on a bridge that
-lives in a switch namespace of its own), its own ``/etc/hosts`` (``ip netns exec`` bind-mounts
-``/etc/netns/<ns>/hosts`` over it) and, for every process started on it, its own UTS namespace
-whose host name is the node's. Open MPI starts its daemons on the other nodes through a launch
+lives in a switch namespace of its own) and, for every process started on it, a mount and a
+UTS namespace of its own: ``/etc/netns/<ns>/hosts`` bind-mounted over ``/etc/hosts`` and the
+node's host name. (Not ``ip netns exec``: it remounts ``/sys``, which hides the cgroup
+filesystem slurmd needs.) Open MPI starts its daemons on the other nodes through a launch
 agent in place of ssh (``plm_ssh_agent``): a script that enters the node's namespaces. So MPI
 sees separate hosts and talks TCP between them, torch.distributed's rendezvous and gloo go over
 the bridge, and every rank's ``socket.getfqdn()`` names its node.
 
 Nothing touches the machine's own network: the bridge and every address are inside namespaces
 this module creates, and :meth:`VirtualCluster.close` removes them (killing whatever still runs
-in them), also after a failed test. Needs root, ``ip`` (iproute2) and ``unshare`` (util-linux).
+in them), also after a failed test. Needs root, ``ip`` (iproute2), ``nsenter`` and ``unshare`` (util-linux).
 
     with VirtualCluster(2) as cluster:
         subprocess.run(cluster.mpirun(["-n", "4", sys.executable, "probe.py"], slots=2), env=...)
@@ -39,7 +40,7 @@ def unavailable_reason() -> str | None:
     """Why a virtual cluster cannot be built here, or None when it can."""
     if not hasattr(os, "geteuid") or os.geteuid() != 0:
         return "needs root (network namespaces)"
-    for tool in ("ip", "unshare"):
+    for tool in ("ip", "unshare", "nsenter"):
         if shutil.which(tool) is None:
             return f"needs `{tool}` (iproute2 / util-linux)"
     probe = f"{PREFIX}-probe-{os.getpid()}"
@@ -48,12 +49,22 @@ def unavailable_reason() -> str | None:
         return f"cannot create a network namespace: {made.stderr.strip()}"
     try:
         uts = subprocess.run(
-            ["ip", "netns", "exec", probe, "unshare", "--uts", "--", "hostname", "vnode-probe"],
+            [
+                "nsenter",
+                f"--net=/run/netns/{probe}",
+                "--",
+                "unshare",
+                "--mount",
+                "--uts",
+                "--",
+                "hostname",
+                "vnode-probe",
+            ],
             capture_output=True,
             text=True,
         )
         if uts.returncode != 0:
-            return f"cannot enter a network and UTS namespace: {uts.stderr.strip()}"
+            return f"cannot enter a network, mount and UTS namespace: {uts.stderr.strip()}"
     finally:
         _ip("netns", "del", probe, check=False)
     return None
@@ -131,7 +142,8 @@ class VirtualCluster:
             + cases
             + '  *) echo "virtual cluster: no host $host" >&2; exit 255 ;;\n'
             "esac\n"
-            'exec ip netns exec "$ns" unshare --uts -- /bin/sh -c "hostname $host && $*"\n'
+            "exec nsenter --net=/run/netns/$ns -- unshare --mount --uts -- "
+            '/bin/sh -c "mount --bind /etc/netns/$ns/hosts /etc/hosts && hostname $host && $*"\n'
         )
         self.agent.chmod(0o755)
 
@@ -145,19 +157,20 @@ class VirtualCluster:
         return path
 
     def on_node(self, host: str, argv: list[str]) -> list[str]:
-        """``argv`` run on ``host``: in its network namespace, with its host name."""
+        """``argv`` run on ``host``: in its network namespace, with its hosts file and host name."""
         ns = self.namespaces[host]
+        enter = f'mount --bind /etc/netns/{ns}/hosts /etc/hosts && hostname {host} && exec "$@"'
         return [
-            "ip",
-            "netns",
-            "exec",
-            ns,
+            "nsenter",
+            f"--net=/run/netns/{ns}",
+            "--",
             "unshare",
+            "--mount",
             "--uts",
             "--",
             "/bin/sh",
             "-c",
-            f'hostname {host} && exec "$@"',
+            enter,
             "sh",
             *argv,
         ]
