@@ -36,6 +36,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
+from cross_node import link  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 from runtime import Mailbox, RoleTable  # noqa: E402
@@ -223,9 +224,16 @@ def main() -> None:
     p.add_argument("--small", type=int, default=5_000, help="messages per small-message repetition")
     p.add_argument("--pings", type=int, default=1_000, help="round trips per latency repetition")
     p.add_argument("--large-mib", type=int, default=64, help="size of the large message")
+    p.add_argument(
+        "--cross-node", action="store_true", help="run (not under mpirun) with the ranks on two virtual nodes: TCP"
+    )
     args = p.parse_args()
 
     world = MPI.COMM_WORLD
+    if args.cross_node and world.size == 1:
+        from cross_node import run_across_nodes
+
+        sys.exit(run_across_nodes(__file__, 2, [1, 1], [a for a in sys.argv[1:] if a != "--cross-node"]))
     if world.size != 2:
         if world.rank == 0:
             print("bench/mailbox.py needs exactly 2 ranks: mpirun -n 2 python bench/mailbox.py", file=sys.stderr)
@@ -261,6 +269,7 @@ def main() -> None:
         out = {
             "bench": "mailbox",
             "ranks": world.size,
+            "link": link(),
             "cores": os.cpu_count(),
             "load_avg_1m": round(os.getloadavg()[0], 2),  # a busy machine makes every figure noisy
             "reps": args.reps,

@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+from cross_node import link  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 from transports.torch_dist import init_torch_distributed, new_group  # noqa: E402
@@ -105,6 +106,7 @@ class Bench:
             "params": n_params,
             "size": label,
             "dtype": self.args.dtype,
+            "link": link(),
             "loadavg_1m": round(os.getloadavg()[0], 1),
         }  # a shared machine shows here
         # Peak on this node, in model copies: trainer 0 holds its half, a half of send buckets,
@@ -326,8 +328,17 @@ def main():
         help="pieces smaller than this share flat messages (default: the CPU default)",
     )
     ap.add_argument("--no-mpi", dest="mpi", action="store_false", help="skip the MPI-buffer transport")
+    ap.add_argument(
+        "--cross-node",
+        action="store_true",
+        help="run (not under mpirun) with the trainers on one virtual node, the generators on another: TCP",
+    )
     args = ap.parse_args()
     comm = MPI.COMM_WORLD
+    if args.cross_node and comm.Get_size() == 1:
+        from cross_node import run_across_nodes
+
+        sys.exit(run_across_nodes(__file__, 4, [2, 2], [a for a in sys.argv[1:] if a != "--cross-node"]))
     if comm.Get_size() != 4:
         if comm.Get_rank() == 0:
             print(
