@@ -81,7 +81,8 @@ class Slurm:
         self.conf.write_text(conf)
         self._procs: list[subprocess.Popen] = []
         env = self.env()
-        self._procs.append(self._start(cluster.hosts[0], ["slurmctld", "-D", "-i"], "slurmctld.out", env))
+        ctl = ["slurmctld", "-D", "-i", "-f", str(self.conf)]
+        self._procs.append(self._start(cluster.hosts[0], ctl, "slurmctld.out", env))
         for host in cluster.hosts:
             conf_dir = self.root / f"conf-{host}"
             conf_dir.mkdir(exist_ok=True)

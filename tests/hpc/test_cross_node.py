@@ -59,6 +59,21 @@ def run_job(cluster, tmp_path, sft_model, slots, overrides: dict, env_extra: dic
     return cmd, env, out
 
 
+def test_a_failed_test_leaves_no_namespace_file_or_process_behind():
+    cluster = VirtualCluster(2)
+    sleeper = subprocess.Popen(cluster.on_node("vnode1", ["sleep", "600"]))
+    with pytest.raises(RuntimeError, match="the test failed"), cluster:
+        deadline = time.monotonic() + 10
+        while not cluster.running()["vnode1"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert cluster.running()["vnode1"]
+        raise RuntimeError("the test failed")
+    assert sleeper.wait(timeout=10) == -9  # killed with the node
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert cluster.tag not in listed
+    assert not list(Path("/etc/netns").glob(f"{cluster.tag}*")) and not cluster.dir.exists()
+
+
 def test_every_rank_is_on_its_own_node_and_mpi_talks_tcp(cluster, tmp_path):
     probe = tmp_path / "probe.py"
     probe.write_text(
@@ -115,8 +130,9 @@ def test_controller_and_generator_on_one_node_trainer_on_another(cluster, tmp_pa
     assert all(m["weight_sync_s"] >= 0 for m in metrics)
 
 
+@pytest.mark.parametrize("transport", ["torch", "mpi"], ids=["gloo", "mpi-buffers"])
 @pytest.mark.parametrize("cluster", [3], indirect=True)
-def test_fsdp2_trainers_split_over_two_nodes_feed_a_generator_on_a_third(cluster, tmp_path, sft_model):  # noqa: F811
+def test_fsdp2_trainers_split_over_two_nodes_feed_a_generator_on_a_third(cluster, tmp_path, sft_model, transport):  # noqa: F811
     """Two FSDP2 trainers, one per node, shard the policy over gloo between nodes and push their
     shards straight to the generator on the first node; a KL term loads the reference too."""
     cmd, env, out = run_job(
@@ -126,6 +142,7 @@ def test_fsdp2_trainers_split_over_two_nodes_feed_a_generator_on_a_third(cluster
         [3, 1, 1],
         {
             "world": {"trainer": 2},
+            "weights": {"transport": transport},
             "algorithm": {"loss": "grpo", "kl_coef": 0.05},
             "run": {"steps": 3, "max_staleness": 1},
         },

@@ -9,6 +9,7 @@ Everything is bounded in time; the daemons, the jobs and the namespaces are gone
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -39,6 +40,8 @@ def slurm(tmp_path):
             for job in squeue:
                 s.run(["scancel", job])
             s.close()
+    daemons = subprocess.run(["pgrep", "-f", str(tmp_path / "slurm")], capture_output=True, text=True).stdout.split()
+    assert not daemons, f"Slurm daemons outlived the test: {daemons}"
 
 
 def job_env(slurm: Slurm, extra: dict) -> dict:
