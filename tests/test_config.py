@@ -190,6 +190,29 @@ def test_compile_reaches_the_vllm_engine_config(base_config, monkeypatch):
         assert seen[-1].compile is compile_
 
 
+@pytest.mark.parametrize(
+    ("engine", "scheme", "message"),
+    [
+        ("vllm", "int8", "quantization 'int8' is the torch engine's"),
+        ("torch", "fp8", "quantization 'fp8' is vLLM's"),
+        ("torch", "int4", "world.generator.quantization"),
+    ],
+)
+def test_each_engine_takes_only_its_own_quantization(base_config, engine, scheme, message):
+    text = error_of(mutate(base_config, "world.generator", {"ranks": 1, "engine": engine, "quantization": scheme}))
+    assert "world.generator" in text and message in text, text
+
+
+def test_fp8_reaches_the_vllm_engine_config(base_config, monkeypatch):
+    from roles.engines import vllm_engine
+
+    seen = []
+    monkeypatch.setattr(vllm_engine.VllmEngine, "__init__", lambda self, config: seen.append(config))
+    cfg = config.parse(mutate(base_config, "world.generator", {"ranks": 1, "engine": "vllm", "quantization": "fp8"}))
+    vllm_engine.VllmEngine.from_config(cfg.world.generator, cfg.model, max_seqs=1)
+    assert seen[-1].quantization == "fp8"
+
+
 def test_no_generator_or_trainer_names_the_world(base_config):
     text = error_of(mutate(base_config, "world.generator", 0))
     assert "world" in text and "generator" in text

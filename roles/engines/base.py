@@ -30,9 +30,9 @@ class EngineConfig(Section):
     # trainers cast as they send. Its log-probs are then mu, and AIPO's ratio corrects it.
     dtype: Literal["float32", "bfloat16", "float16"] | None = None
     # Weight quantization for generation, applied by the generator to the weights it receives
-    # (the trainers never quantize): int8 weight-only linear layers (torchao) for the torch
-    # engine. None: none.
-    quantization: Literal["int8"] | None = None
+    # after every sync (the trainers never quantize): int8, weight-only linear layers (torchao),
+    # for the torch engine; fp8, vLLM's on-the-fly fp8 (CUDA GPUs), for vllm. None: none.
+    quantization: Literal["int8", "fp8"] | None = None
     tensor_parallel: int = Field(1, gt=0)  # devices one vLLM engine spans (GPU only)
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1)  # vLLM's share of device memory
     # vLLM: torch.compile the model (and CUDA graphs on GPUs). None = on GPUs, off on CPU, where
@@ -43,11 +43,13 @@ class EngineConfig(Section):
     def _vllm_only_options(self) -> EngineConfig:
         if self.engine != "vllm" and self.compile is not None:
             raise ValueError(f"compile applies to engine: vllm only (engine is {self.engine!r})")
-        if self.quantization is not None and self.engine != "torch":
+        if self.quantization == "int8" and self.engine != "torch":
             raise ValueError(
-                f"quantization {self.quantization!r} is the torch engine's (torchao int8 weight-only); "
-                "vLLM's on-the-fly quantization is not wired in yet: use engine: torch"
+                "quantization 'int8' is the torch engine's (torchao int8 weight-only); vLLM's "
+                "on-the-fly scheme is 'fp8' (CUDA GPUs)"
             )
+        if self.quantization == "fp8" and self.engine != "vllm":
+            raise ValueError("quantization 'fp8' is vLLM's (engine: vllm, on CUDA GPUs); the torch engine's is 'int8'")
         if self.engine != "vllm" and self.tensor_parallel != 1:
             raise ValueError(
                 f"tensor_parallel ({self.tensor_parallel}) applies to engine: vllm only; the torch "

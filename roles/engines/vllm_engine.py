@@ -57,6 +57,8 @@ class VllmEngine:
     class Config:
         model: str  # folder with a Hugging Face causal LM (config.json, *.safetensors, tokenizer)
         dtype: str = "float32"  # float32 on CPU (log-probs match the trainer's); bfloat16 on GPUs
+        # vLLM's on-the-fly weight quantization ("fp8"), redone by its reload after each sync
+        quantization: str | None = None
         tensor_parallel: int = 1  # GPUs one engine spans (heads and MLP split); 1 on CPU
         gpu_memory_utilization: float = 0.5  # GPU: share of device memory for weights + KV cache
         kv_cache_gib: float | None = None  # KV cache; None: GPU what the share leaves, CPU 1 GiB
@@ -86,6 +88,7 @@ class VllmEngine:
             cls.Config(
                 model=model.path,
                 dtype=engine.dtype or model.dtype,
+                quantization=engine.quantization,
                 tensor_parallel=engine.tensor_parallel,
                 gpu_memory_utilization=engine.gpu_memory_utilization,
                 max_num_seqs=max(max_seqs, 1),
@@ -193,6 +196,49 @@ def _checkpoint_names(model: str) -> set[str]:
     return names
 
 
+class DeviceUnsupported(ValueError):
+    """The generator's device cannot run the role map's dtype or quantization (the field named)."""
+
+
+def check_device(dtype: str, quantization: str | None, platform) -> None:
+    """Refuse, before vLLM loads anything, a ``world.generator.dtype`` or ``quantization`` this
+    device cannot run, naming the field (vLLM's own errors come later and name neither).
+    ``platform``: vLLM's ``current_platform`` (a stand-in in the tests)."""
+    import torch
+
+    if getattr(torch, dtype, None) not in platform.supported_dtypes:
+        supported = ", ".join(str(d).removeprefix("torch.") for d in platform.supported_dtypes)
+        raise DeviceUnsupported(
+            f"world.generator.dtype {dtype!r}: vLLM on this device ({platform.device_name}) runs {supported}"
+        )
+    cuda = platform.is_cuda_alike()
+    if cuda and dtype == "bfloat16" and not platform.has_device_capability(80):
+        raise DeviceUnsupported(
+            f"world.generator.dtype 'bfloat16' needs a GPU of compute capability 8.0 or more; this one is "
+            f"{_capability(platform)}: use float16"
+        )
+    if quantization is None:
+        return
+    if not cuda:
+        raise DeviceUnsupported(
+            f"world.generator.quantization {quantization!r}: vLLM quantizes on the fly on CUDA GPUs only, and "
+            f"this generator runs on {platform.device_name}; on CPU use engine: torch with quantization: int8"
+        )
+    from vllm.model_executor.layers.quantization import get_quantization_config
+
+    needed = get_quantization_config(quantization).get_min_capability()
+    if not platform.has_device_capability(needed):
+        raise DeviceUnsupported(
+            f"world.generator.quantization {quantization!r} needs a GPU of compute capability "
+            f"{needed // 10}.{needed % 10} or more; this one is {_capability(platform)}"
+        )
+
+
+def _capability(platform) -> str:
+    cap = platform.get_device_capability()
+    return "unknown" if cap is None else f"{cap.major}.{cap.minor}"
+
+
 def _build_llm(config: VllmEngine.Config):
     # In-process engine core: must be set before vLLM reads its environment.
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
@@ -205,6 +251,7 @@ def _build_llm(config: VllmEngine.Config):
     from vllm import LLM
     from vllm.platforms import current_platform
 
+    check_device(config.dtype, config.quantization, current_platform)
     on_cpu = current_platform.is_cpu()
     kv_gib = config.kv_cache_gib
     if kv_gib is None and on_cpu and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
@@ -229,6 +276,8 @@ def _build_llm(config: VllmEngine.Config):
         kwargs["kv_cache_memory_bytes"] = int(kv_gib * _GiB)
     if config.block_size is not None:
         kwargs["block_size"] = config.block_size
+    if config.quantization is not None:
+        kwargs["quantization"] = config.quantization
     kwargs.update(config.extra)
     with _private_torch_world():
         return LLM(**kwargs)
