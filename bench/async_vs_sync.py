@@ -19,7 +19,12 @@ pipeline keeps a steady rate, so a median of the intervals would say little abou
 ``t_gen`` and ``t_train`` are medians of the per-step phase times. Rewards are the mean
 training reward of the last 10 steps.
 
-    python bench/async_vs_sync.py [--steps 40] [--out runs/bench_async]
+One run of each says little on a shared machine (two consecutive invocations once gave a
+speed-up of 0.82 and 1.29 of the ideal), so the modes run ``--repeats`` rounds (3 by default),
+interleaved, and the line holds each figure's median over the rounds and, under ``spread``,
+its (min, max).
+
+    python bench/async_vs_sync.py [--steps 40] [--repeats 3] [--out runs/bench_async]
 """
 
 from __future__ import annotations
@@ -75,52 +80,66 @@ def seconds_per_step(metrics: list[dict], warmup: int) -> float:
     return (done[-1]["elapsed_s"] - done[0]["elapsed_s"]) / (len(done) - 1)
 
 
+def figures(runs: dict[str, list[dict]], warmup: int) -> dict[str, float]:
+    """One round's figures (one run of each mode)."""
+    step = {name: seconds_per_step(m, warmup) for name, m in runs.items()}
+    t_gen = median_after_warmup(runs["sync"], "generation_s", warmup)
+    t_train = median_after_warmup(runs["sync"], "training_s", warmup)
+    ideal = (t_gen + t_train) / max(t_gen, t_train)
+    # The same phases while they overlap: on a small machine they share memory bandwidth
+    # (and the cores with the controller and reward ranks), so each runs slower than alone.
+    async_gen = median_after_warmup(runs["async"], "generation_s", warmup)
+    async_train = median_after_warmup(runs["async"], "training_s", warmup)
+
+    def final_reward(m):
+        return statistics.fmean(x["reward_mean"] for x in m[-10:])
+
+    return {
+        "colocated_sync_step_s": step["colocated_sync"],
+        "sync_step_s": step["sync"],
+        "async_step_s": step["async"],
+        "t_gen": t_gen,
+        "t_train": t_train,
+        "ideal_speedup": ideal,
+        "speedup": step["sync"] / step["async"],
+        "colocated_speedup": step["colocated_sync"] / step["async"],
+        "speedup_vs_ideal": step["sync"] / step["async"] / ideal,
+        "async_step_over_max_phase": step["async"] / max(t_gen, t_train),
+        "async_t_gen": async_gen,
+        "async_t_train": async_train,
+        "async_step_over_own_max_phase": step["async"] / max(async_gen, async_train),
+        "sync_reward": final_reward(runs["sync"]),
+        "async_reward": final_reward(runs["async"]),
+        "colocated_reward": final_reward(runs["colocated_sync"]),
+        "async_staleness_mean": statistics.fmean(m["staleness_mean"] for m in runs["async"]),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=5, help="steps left out of the medians")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="rounds of all modes, interleaved; medians and (min, max) reported"
+    )
     parser.add_argument("--out", default="runs/bench_async")
     args = parser.parse_args()
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
 
     out = Path(args.out)
     arith.prepare_model(out / "model", seed=args.seed)
     model_dir = out / "model" / "sft"
-    runs = {name: run_mode(name, model_dir, out, args.steps, args.seed) for name in MODES}
-
-    step = {name: seconds_per_step(m, args.warmup) for name, m in runs.items()}
-    t_gen = median_after_warmup(runs["sync"], "generation_s", args.warmup)
-    t_train = median_after_warmup(runs["sync"], "training_s", args.warmup)
-    ideal = (t_gen + t_train) / max(t_gen, t_train)
-    # The same phases while they overlap: on a small machine they share memory bandwidth
-    # (and the cores with the controller and reward ranks), so each runs slower than alone.
-    async_gen = median_after_warmup(runs["async"], "generation_s", args.warmup)
-    async_train = median_after_warmup(runs["async"], "training_s", args.warmup)
-
-    def final_reward(m):
-        return statistics.fmean(x["reward_mean"] for x in m[-10:])
-
-    line = {
-        "bench": "async_vs_sync",
-        "steps": args.steps,
-        "colocated_sync_step_s": round(step["colocated_sync"], 4),
-        "sync_step_s": round(step["sync"], 4),
-        "async_step_s": round(step["async"], 4),
-        "t_gen": round(t_gen, 4),
-        "t_train": round(t_train, 4),
-        "ideal_speedup": round(ideal, 3),
-        "speedup": round(step["sync"] / step["async"], 3),
-        "colocated_speedup": round(step["colocated_sync"] / step["async"], 3),
-        "speedup_vs_ideal": round(step["sync"] / step["async"] / ideal, 3),
-        "async_step_over_max_phase": round(step["async"] / max(t_gen, t_train), 3),
-        "async_t_gen": round(async_gen, 4),
-        "async_t_train": round(async_train, 4),
-        "async_step_over_own_max_phase": round(step["async"] / max(async_gen, async_train), 3),
-        "sync_reward": round(final_reward(runs["sync"]), 4),
-        "async_reward": round(final_reward(runs["async"]), 4),
-        "colocated_reward": round(final_reward(runs["colocated_sync"]), 4),
-        "async_staleness_mean": round(statistics.fmean(m["staleness_mean"] for m in runs["async"]), 3),
-    }
+    # Interleaved (sync, async, colocated, sync, async, ...): drift on a shared machine then
+    # hits every mode alike instead of whichever ran last.
+    rounds = []
+    for r in range(args.repeats):
+        runs = {name: run_mode(name, model_dir, out / f"round-{r}", args.steps, args.seed) for name in MODES}
+        rounds.append(figures(runs, args.warmup))
+    line = {"bench": "async_vs_sync", "steps": args.steps, "repeats": args.repeats}
+    line.update({k: round(statistics.median(f[k] for f in rounds), 4) for k in rounds[0]})
+    line["spread"] = {k: [round(min(f[k] for f in rounds), 4), round(max(f[k] for f in rounds), 4)] for k in rounds[0]}
     print(json.dumps(line), flush=True)
 
 

@@ -37,7 +37,9 @@ def section(r: dict) -> str:
     return f"""{START}
 Measured by `python bench/update_readme.py` (which runs `bench/async_vs_sync.py`) on the
 CI-sized machine: 2 CPU cores, one torch thread per rank, the arithmetic task with
-{r["steps"]} steps of 32 prompts x 8 samples. Wall-clock time per step after warm-up:
+{r["steps"]} steps of 32 prompts x 8 samples. Wall-clock time per step after warm-up, medians
+of {r["repeats"]} interleaved rounds of the three modes (async's speed-up over sync ranged
+{r["spread"]["speedup"][0]:.2f}-{r["spread"]["speedup"][1]:.2f}x across them):
 
 | mode | ranks doing the work | step time (s) | final train reward |
 |---|---|---|---|
@@ -97,8 +99,8 @@ def main() -> None:
     docs = REPO / "docs"
     docs.mkdir(exist_ok=True)
     for mode in ("sync", "async"):
-        write_trace(out / mode, title=f"{mode}: one lane per rank")
-        shutil.copy(out / mode / "timeline.png", docs / f"timeline_{mode}.png")
+        write_trace(out / "round-0" / mode, title=f"{mode}: one lane per rank")  # the first round's runs
+        shutil.copy(out / "round-0" / mode / "timeline.png", docs / f"timeline_{mode}.png")
     readme = (REPO / "README.md").read_text()
     if START not in readme or END not in readme:
         raise SystemExit(f"README.md lacks the markers {START} ... {END}")
