@@ -1,6 +1,7 @@
 """Mailbox vs raw mpi4py, side by side in one run, on the same bytes.
 
-    mpirun -n 2 python bench/mailbox.py [--reps 9] [--small 5000] [--pings 1000] [--large-mib 64]
+    mpirun -n 2 python bench/mailbox.py [--rounds 3] [--reps 9] [--small 5000] [--pings 1000] [--large-mib 64]
+    python bench/mailbox.py --cross-node [...]     # the two ranks on two virtual nodes (TCP; root)
 
 Three measurements, each taken for both contenders in alternating repetitions (so drift on
 a noisy machine hits both alike), reported as medians:
@@ -14,9 +15,12 @@ a noisy machine hits both alike), reported as medians:
   out-of-band: no copy into the header); rank 1 acknowledges each. raw: ``Isend`` /
   ``Irecv`` of the same 64 MiB into a buffer allocated once.
 
-Ratios are medians of the per-repetition pairs. Two figures are context only, not targets:
-mpi4py's pickled object messages (``isend``/``recv``) for the small rate, and raw receives
-into a fresh buffer per message for the bandwidth.
+Ratios are medians of the per-repetition pairs within a round; the line holds the median over
+``--rounds`` rounds (3 by default) and, as ``*_spread``, the (min, max) of the rounds' ratios,
+since one round's ratio moved by half between runs (0.42 to 0.64 for the small-message rate).
+Two figures are context only, not targets: mpi4py's pickled object messages
+(``isend``/``recv``) for the small rate, and raw receives into a fresh buffer per message for
+the bandwidth.
 
 Both sides poll without sleeping, so the figures are the software's cost, not a back-off.
 Prints ONE JSON line on rank 0; bandwidths are in GB/s (10^9 bytes per second).
@@ -221,6 +225,7 @@ class Box:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--reps", type=int, default=9, help="timed repetitions per measurement (median taken)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of all measurements; medians and (min, max) reported")
     p.add_argument("--small", type=int, default=5_000, help="messages per small-message repetition")
     p.add_argument("--pings", type=int, default=1_000, help="round trips per latency repetition")
     p.add_argument("--large-mib", type=int, default=64, help="size of the large message")
@@ -257,10 +262,26 @@ def main() -> None:
         fn()
         return statistics.median(fn() for _ in range(reps))
 
-    raw_small, box_small, small_ratio = measure(lambda: raw.small(args.small), lambda: box.small(args.small), args.reps)
-    raw_pp, box_pp, pp_ratio = measure(lambda: raw.pingpong(args.pings), lambda: box.pingpong(args.pings), args.reps)
+    # --rounds rounds of the three measurements, one after another: a figure's median over the
+    # rounds, and its (min, max), so one invocation shows how far the figures move.
     large_reps = max(args.reps, 11)  # each is ~0.1 s: more of them steady the median
-    raw_large, box_large, large_ratio = measure(raw.large_one, box.large_one, large_reps)
+    per_round = []
+    for _ in range(args.rounds):
+        small = measure(lambda: raw.small(args.small), lambda: box.small(args.small), args.reps)
+        pp = measure(lambda: raw.pingpong(args.pings), lambda: box.pingpong(args.pings), args.reps)
+        large = measure(raw.large_one, box.large_one, large_reps)
+        per_round.append((small, pp, large))
+
+    def med(i, j):
+        return statistics.median(r[i][j] for r in per_round)
+
+    def spread(i, fn):
+        values = [fn(r[i]) for r in per_round]
+        return [round(min(values), 3), round(max(values), 3)]
+
+    raw_small, box_small, small_ratio = med(0, 0), med(0, 1), med(0, 2)
+    raw_pp, box_pp, pp_ratio = med(1, 0), med(1, 1), med(1, 2)
+    raw_large, box_large, large_ratio = med(2, 0), med(2, 1), med(2, 2)
     pickled_small = median_of(lambda: raw.small_pickled(args.small), max(3, args.reps // 2))
     fresh_large = median_of(lambda: raw.large_one(fresh=True), large_reps)
     box.mb.close(timeout_s=60)
@@ -273,6 +294,7 @@ def main() -> None:
             "cores": os.cpu_count(),
             "load_avg_1m": round(os.getloadavg()[0], 2),  # a busy machine makes every figure noisy
             "reps": args.reps,
+            "rounds": args.rounds,
             "small_payload_bytes": len(PAYLOAD),
             "small_messages": args.small,
             "pings": args.pings,
@@ -280,12 +302,15 @@ def main() -> None:
             "mailbox_small_msgs_per_s": round(args.small / box_small),
             "raw_small_msgs_per_s": round(args.small / raw_small),
             "small_rate_ratio": round(small_ratio, 3),  # mailbox / raw, median of paired runs; target >= 0.5
+            "small_rate_ratio_spread": spread(0, lambda m: m[2]),  # (min, max) over the rounds
             "mailbox_rtt_us": round(box_pp / args.pings * 1e6, 2),
             "raw_rtt_us": round(raw_pp / args.pings * 1e6, 2),
             "rtt_ratio": round(1 / pp_ratio, 3),  # mailbox / raw: how many times longer a round trip takes
+            "rtt_ratio_spread": sorted(spread(1, lambda m: 1 / m[2])),
             "mailbox_large_gbps": round(large_bytes / box_large / 1e9, 3),
             "raw_large_gbps": round(large_bytes / raw_large / 1e9, 3),
             "large_bw_ratio": round(large_ratio, 3),  # mailbox / raw, median of paired runs; target >= 0.9
+            "large_bw_ratio_spread": spread(2, lambda m: m[2]),
             # Context: mpi4py's pickled object messages, and raw receives into a fresh buffer
             # each time (the mailbox hands each message's memory to the application, so it
             # must allocate: fresh pages cost a fault and a zeroing each).
