@@ -125,6 +125,7 @@ class ControllerActor(ForwardsStopSignals, Actor):
         elapsed_before = self._resume(resume) if resume is not None else 0.0
         self.t_start = time.perf_counter() - elapsed_before  # elapsed_s continues over a resume
         self.t_last_step = time.perf_counter()
+        self._busy_at_last_step, self._handled_at_last_step = 0.0, 0  # busy_s, messages_handled then
         if checkpoints is not None:
             checkpoint.remove_partials(checkpoints.root)  # left by a save that never finished
         if self.trainer_version >= self.schedule.steps:  # resumed from the run's last checkpoint
@@ -355,13 +356,18 @@ class ControllerActor(ForwardsStopSignals, Actor):
             "verifier_timeouts": int(scored.get("verifier_timeouts", 0)),
             "prompts_too_long": int(self.data_stats.get("prompts_too_long", 0)),
             "step_s": now - self.t_last_step,
-            "busy": self._busy_fractions(gen, scored, m.metrics, now - self.t_last_step),
+            "busy": {
+                **self._busy_fractions(gen, scored, m.metrics, now - self.t_last_step),
+                "controller": round((self.busy_s - self._busy_at_last_step) / max(now - self.t_last_step, 1e-9), 4),
+            },
+            "controller_messages": self.messages_handled - self._handled_at_last_step,
             "elapsed_s": now - self.t_start,
             "checkpoint_save_s": m.metrics.get("checkpoint_save_s"),
             "nonfinite_skipped": int(m.metrics.get("nonfinite_skipped", 0)),  # the update was not applied
             "trainer": m.metrics,
         }
         self.t_last_step = now
+        self._busy_at_last_step, self._handled_at_last_step = self.busy_s, self.messages_handled
         shown = sorted(self.shown.pop(m.step, []), key=lambda r: (r["sample"], r["group_id"]))
         self.log.step(record, shown)
         preempted = bool(m.metrics.get("preempted"))

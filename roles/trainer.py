@@ -200,6 +200,8 @@ class TrainerActor(Actor):
     # ------------------------------------------------------------------ the update
 
     def train_on(self, groups: list[Rollout]) -> dict[str, float]:
+        if self.config.sim is not None:
+            return self._simulated_step(groups)
         t0 = time.perf_counter()
         algo, temperature = self.config, self.temperature
         prompts, responses, mus, advs, rewards, staleness = [], [], [], [], [], []
@@ -299,6 +301,34 @@ class TrainerActor(Actor):
         metrics.update({k: v / max(trained_tokens, 1) for k, v in sums.items() if k != "loss"})
         metrics["logp_mismatch_max"] = mismatch_max
         return metrics
+
+    def _simulated_step(self, groups: list[Rollout]) -> dict[str, float]:
+        """``algorithm.sim``: the step's modelled time asleep, the weights unchanged, the metrics
+        a real step reports (loss and gradient 0), so the rest of the loop cannot tell."""
+        t0 = time.perf_counter()
+        rewards = [r for g in groups for r in g.rewards]
+        staleness = [self.version - g.policy_version for g in groups]
+        tokens = sum(len(x) for g in groups for x in g.response_ids)
+        modelled = self.config.sim.per_step_s + self.config.sim.per_token_s * tokens
+        deadline = t0 + modelled
+        while (left := deadline - time.perf_counter()) > 0:
+            LOOP.tick()  # asleep on purpose: progress, not a stall
+            time.sleep(min(left, 1.0))
+        return {
+            "loss": 0.0,
+            "reward_mean": sum(rewards) / max(len(rewards), 1),
+            "tokens": float(tokens),
+            "samples": float(len(rewards)),
+            "trained_samples": float(len(rewards)),
+            "staleness_max": float(max(staleness)),
+            "staleness_mean": sum(staleness) / len(staleness),
+            "grad_norm": 0.0,
+            "nonfinite_skipped": 0.0,
+            "example_id_sum": float(sum(g.example_id for g in groups)),
+            "example_id_sqsum": float(sum(float(g.example_id) ** 2 for g in groups)),
+            "train_s": time.perf_counter() - t0,
+            "sim_train_s": modelled,
+        }
 
     def _nonfinite(self, loss: float, grad_norm: float) -> None:
         """A step whose loss or gradient is NaN or inf: its update is dropped, never applied."""

@@ -9,6 +9,8 @@ anything, so an idle rank does not hold a core at 100%.
 
 from __future__ import annotations
 
+import time
+
 from runtime.backoff import MAX_SLEEP_S, MIN_SLEEP_S, Backoff
 from runtime.faults import actor_fault
 from runtime.loop_clock import LOOP
@@ -42,11 +44,20 @@ class Actor:
         # Messages dispatched so far: the fault tests' clock (runtime.faults). Private: actors
         # (and tests) keep their own counts and lists of what they handled.
         self._dispatched = 0
+        # Seconds of this loop's turns that did work (handled a message or made progress in
+        # step()): idle polling and back-off sleeps are left out. The controller reports its own
+        # share of each step from it (bench/scale.py: does one controller keep up?).
+        self.busy_s = 0.0
         self._handlers = {}
         for name in dir(type(self)):
             fn = getattr(type(self), name)
             for t in getattr(fn, "__handles__", ()):
                 self._handlers[t] = getattr(self, name)
+
+    @property
+    def messages_handled(self) -> int:
+        """Messages this actor has dispatched to its handlers so far."""
+        return self._dispatched
 
     # Overridables ---------------------------------------------------------------
 
@@ -99,6 +110,7 @@ class Actor:
         preempted = False
         while self.running:
             LOOP.tick()  # a turn is progress (runtime.liveness tells a stuck loop from a busy one)
+            turn_started = time.perf_counter()
             if PREEMPTION.requested and not preempted:
                 preempted = True
                 self.on_preempt()
@@ -107,6 +119,7 @@ class Actor:
                 busy = self.step() or busy
             self.mailbox.progress()
             if busy:
+                self.busy_s += time.perf_counter() - turn_started
                 backoff.reset()
             else:
                 backoff.sleep()

@@ -31,6 +31,13 @@ class LossConfig(Section):
         return self
 
 
+class SimTrainConfig(Section):
+    """``algorithm.sim``: a modelled training step, for benchmarks of the control plane."""
+
+    per_token_s: float = Field(0.0001, ge=0, le=10)  # per response token on this trainer rank
+    per_step_s: float = Field(0.0, ge=0, le=3600)  # fixed cost of a step (optimizer, collectives)
+
+
 class TrainerConfig(LossConfig):
     """The role map's ``algorithm:`` section: the loss, the advantage and the optimisation."""
 
@@ -47,3 +54,7 @@ class TrainerConfig(LossConfig):
     # goes on without that update (counted as nonfinite_skipped in the metrics, and warned);
     # stop: the job stops with an error naming the step.
     on_nonfinite: Literal["skip", "stop"] = "skip"
+    # A benchmark instrument (bench/scale.py), not training: each step sleeps for a modelled
+    # time (per_step_s + per_token_s x this rank's response tokens) and leaves the weights as
+    # they are; the push, the metrics and everything around the step stay real. None: train.
+    sim: SimTrainConfig | None = None

@@ -20,6 +20,10 @@ def make_engine(config: EngineConfig, model, *, max_seqs: int, seed: int = 0, mo
         from roles.engines.vllm_engine import VllmEngine
 
         return VllmEngine.from_config(config, model, max_seqs=max_seqs, seed=seed)
+    if config.engine == "sim":
+        from roles.engines.sim_engine import SimEngine
+
+        return SimEngine(config.sim, seed=seed)
     raise ValueError(f"world.generator.engine: unknown engine {config.engine!r}")
 
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 import numpy as np
 from pydantic import Field, model_validator
 
+from roles.engines.sim_config import SimConfig
 from roles.section import Section
 
 if TYPE_CHECKING:
@@ -24,7 +25,9 @@ if TYPE_CHECKING:
 class EngineConfig(Section):
     """Which engine a generator rank drives and its options (part of ``world.generator``)."""
 
-    engine: Literal["torch", "vllm"] = "torch"  # torch: our KV-cache sampler; vllm: in-process vllm.LLM
+    # torch: our KV-cache sampler; vllm: in-process vllm.LLM; sim: a benchmark instrument that
+    # models generation time and returns random tokens (roles.engines.sim_engine; bench/scale.py)
+    engine: Literal["torch", "vllm", "sim"] = "torch"
     # The generator's parameter dtype; None: model.dtype (the trainers'). A narrower one (a
     # float32 trainer, bfloat16 generators) halves the weight bytes each sync moves: the
     # trainers cast as they send. Its log-probs are then mu, and AIPO's ratio corrects it.
@@ -38,9 +41,14 @@ class EngineConfig(Section):
     # vLLM: torch.compile the model (and CUDA graphs on GPUs). None = on GPUs, off on CPU, where
     # compiling costs about a minute at start-up (docs/log.md has the figures).
     compile: bool | None = None
+    sim: SimConfig | None = None  # engine: sim only: the modelled cost of generation
 
     @model_validator(mode="after")
     def _vllm_only_options(self) -> EngineConfig:
+        if self.sim is not None and self.engine != "sim":
+            raise ValueError(f"sim applies to engine: sim only (engine is {self.engine!r})")
+        if self.engine == "sim" and self.sim is None:
+            self.sim = SimConfig()
         if self.engine != "vllm" and self.compile is not None:
             raise ValueError(f"compile applies to engine: vllm only (engine is {self.engine!r})")
         if self.quantization == "int8" and self.engine != "torch":
