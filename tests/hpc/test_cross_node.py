@@ -172,3 +172,28 @@ def test_a_rank_killed_on_the_second_node_ends_the_job_within_10_s(cluster, tmp_
     assert took < 10, f"the job ended {took:.1f} s after the trainer on vnode1 was killed"
     assert "mpirl: ranks 0 controller, 1 generator, 2 reward, 3 trainer" in text
     assert "rank 3 " in text and ("signal 9" in text or "Killed" in text), text[-3000:]
+
+
+def test_eight_sim_generators_over_two_nodes_run_the_real_control_plane(cluster, tmp_path, sft_model):  # noqa: F811
+    """The benchmark instruments (engine: sim, algorithm.sim) in a real job of 11 ranks: the
+    controller, mailboxes, reward rank and weight pushes are the real ones."""
+    sim = {"per_token_s": 0.001, "lengths": {"kind": "lognormal", "mean": 8, "sigma": 1.0}}
+    cmd, env, out = run_job(
+        cluster,
+        tmp_path,
+        sft_model,
+        [6, 5],
+        {
+            "world": {"generator": {"ranks": 8, "engine": "sim", "sim": sim}},
+            "rollout": {"prompts_per_step": 16, "samples_per_prompt": 4, "max_new_tokens": 24},
+            "algorithm": {"sim": {"per_token_s": 0.0005}},
+            "run": {"steps": 4, "max_staleness": 1},
+        },
+    )
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    metrics = _check_complete(out, 4)
+    for m in metrics:
+        assert m["trainer"]["sim_train_s"] == pytest.approx(0.0005 * m["tokens"])
+        assert 0 < m["busy"]["controller"] < 1 and m["controller_messages"] > 16  # a batch notice per generator, ...
+        assert 1 <= m["response_length_max"] <= 24
