@@ -8,18 +8,19 @@ the disk's speed at 25M with two trainers, against 0.5 asked). Here the planning
 ``.metadata`` file, resharding and the atomic folder are DCP's, unchanged; only the bytes
 differ:
 
-- each rank writes one file, ``__<rank>_0.raw``, through :class:`roles.direct_io.DirectWriteStream`
-  (direct I/O, the copy into its buffer overlapped with the disk write): every tensor's bytes as
-  they lie in memory, one after another, and the pickled non-tensor items (``BYTE_IO``) as DCP
-  made them;
+- each rank writes one file, ``__<rank>_0.raw``, through
+  :class:`roles.direct_io.DirectWriteStream` (direct I/O, the copy into its buffer overlapped
+  with the disk write): every tensor's bytes as they lie in memory (a GPU shard's copied to
+  host memory first), one after another, and the pickled non-tensor items (``BYTE_IO``) as
+  DCP made them;
 - the ``.metadata`` records each item's file, offset and length in DCP's own ``_StorageInfo``;
   dtype and shape are in the metadata already (the chunk of the tensor it is);
-- :class:`RawShardReader` reads straight into the tensor it loads into, and only the bytes
-  that tensor needs: when DCP reshards (another number of trainers) a rank reads its rows of
-  each saved chunk, not the whole chunk.
+- :class:`RawShardReader` reads straight into the tensor it loads into (through host memory
+  for a GPU tensor), and only the bytes that tensor needs: when DCP reshards (another number
+  of trainers) a rank reads its rows of each saved chunk, not the whole chunk.
 
 The files are not ``torch.save`` archives, so DCP's stock ``FileSystemReader`` cannot load
-them: it stops with a "not a zip file" error rather than loading wrong values. Everything in
+them: it stops with an unpickling error rather than loading wrong values. Everything in
 mpirl that loads a checkpoint uses :class:`RawShardReader`, which also still loads folders
 written by DCP's own writer (files not ending in ``.raw`` go to it unchanged).
 """
@@ -81,8 +82,10 @@ class RawShardWriter(DirectFileSystemWriter):
                         raise TypeError(f"{item.index.fqn}: a BYTE_IO item must resolve to io.BytesIO")
                     piece = data.getbuffer()
                 else:
-                    if not isinstance(data, torch.Tensor) or data.device.type != "cpu":
-                        raise TypeError(f"{item.index.fqn}: RawShardWriter saves CPU tensors only")
+                    if not isinstance(data, torch.Tensor):
+                        raise TypeError(f"{item.index.fqn}: a tensor item must resolve to a tensor")
+                    if data.device.type != "cpu":  # a GPU trainer's shard: through host memory
+                        data = data.detach().to("cpu")
                     piece = tensor_bytes(data)
                 offset = stream.tell()
                 stream.write(piece)
@@ -169,7 +172,8 @@ class RawShardReader(FileSystemReader):
             # The piece asked for is whole rows of the chunk (always so for FSDP's dim-0
             # shards, also when resharding): one contiguous byte range of the file.
             row_bytes = element * (shape[1:].numel() if len(shape) > 1 else 1)
-            into = target if target.dtype == dtype and target.is_contiguous() else torch.empty(wanted, dtype=dtype)
+            in_place = target.device.type == "cpu" and target.dtype == dtype and target.is_contiguous()
+            into = target if in_place else torch.empty(wanted, dtype=dtype)  # else read, then copy (a GPU)
             if into.numel():
                 _read_exactly(fd, tensor_bytes(into), info.offset + start * row_bytes, what)
         else:
