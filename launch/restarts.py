@@ -23,15 +23,19 @@ _PRTE_HOW = re.compile(r"(Exit code):\s*([^\n]+)")
 
 
 def describe_failure(output_tail: str, roles_by_rank: list[str]) -> str:
-    """Which rank failed, its role and how, from the end of the job's output."""
-    reported = _REPORTED.search(output_tail)
-    if reported:
-        rank, role, what = reported.groups()
-        return f"rank {rank} ({role}) failed with {what.strip()}"
+    """Which rank failed, its role and how, from the end of the job's output.
+
+    A rank that died of a signal (SIGKILL from the OOM killer, a segfault) comes first: its
+    peers then fail too, reporting the closed connection (gloo's "Connection closed by peer"),
+    and one of those reports may reach the output before Open MPI's word on the dead rank."""
     signalled = _PRTE_SIGNALLED.search(output_tail)
     if signalled:
         rank = int(signalled.group(1))
         return f"rank {rank} ({_role(roles_by_rank, rank)}) died (signal {signalled.group(2)})"
+    reported = _REPORTED.search(output_tail)
+    if reported:
+        rank, role, what = reported.groups()
+        return f"rank {rank} ({role}) failed with {what.strip()}"
     proc = _PRTE_PROC.search(output_tail)
     if proc:
         rank = int(proc.group(1))

@@ -131,4 +131,5 @@ def test_a_disk_error_in_the_background_write_reaches_the_save(tmp_path, monkeyp
     ):
         checkpoint.save_trainer_state(tmp_path, model, opt, None)
     assert not (tmp_path / "trainer" / ".metadata").exists()  # no checkpoint claims to be whole
-    assert threading.active_count() == 1  # the background writer is gone too
+    # The background writer is gone too (other tests' threads may still run: name it).
+    assert not [t for t in threading.enumerate() if t.name.startswith("mpirl-direct-io")]

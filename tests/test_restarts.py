@@ -32,6 +32,11 @@ def test_a_killed_rank_is_found_in_open_mpis_report():
     assert describe_failure(PRTE_EXITED, ROLES) == "rank 2 (reward) died (exit code 75)"
 
 
+def test_a_killed_rank_comes_before_the_peers_that_lost_their_connection_to_it():
+    peer = "[mpirl] rank 3 (trainer) failed with RuntimeError: Connection closed by peer [10.0.0.2]:4242\n"
+    assert describe_failure(peer + PRTE_KILLED, ROLES) == "rank 1 (generator) died (signal 9)"
+
+
 def test_no_rank_named():
     assert describe_failure("", ROLES).startswith("no rank named")
 
