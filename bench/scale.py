@@ -20,8 +20,8 @@ default; ``--lengths lognormal`` draws a long tail). Per layout:
   ``max(t_gen, t_train)`` in async, with ``t_gen`` one generator's share (the generators run
   in parallel) and ``t_train`` the trainer's modelled step; ``step_over_ideal`` their ratio
   (the target at 32 generators: <= 1.10);
-- ``controller_busy``: the share of the step the controller's loop spent working (median;
-  target < 0.10), ``controller_msgs_per_step`` and ``controller_msgs_per_s``;
+- ``controller_busy``: the share of the measured steps' time the controller's loop spent
+  working (target < 0.10), ``controller_msgs_per_step`` and ``controller_msgs_per_s``;
 Not yet reported (issue 19 asks for them): the share of generator time spent waiting for a
 batch's longest sample, start-up and shutdown times, and each role's peak memory.
 """
@@ -81,8 +81,11 @@ def layout(args, generators: int, mode: str, model_dir: Path, out: Path) -> dict
     t_gen = (args.gen_token_s + rows_per_gen * per_row) * longest
     t_train = args.train_token_s * tokens_per_step
     ideal = t_gen + t_train if mode == "sync" else max(t_gen, t_train)
-    busy = [m["busy"].get("controller", 0.0) for m in warm]
-    msgs = [m.get("controller_messages", 0) for m in warm]
+    # Over the measured steps as a whole: a step's line may be written in a burst with the next
+    # one's, so per-step counts move between neighbours while their sums do not.
+    warm_s = sum(m["step_s"] for m in warm)
+    busy = sum(m["busy"].get("controller", 0.0) * m["step_s"] for m in warm) / warm_s
+    msgs_per_step = sum(m.get("controller_messages", 0) for m in warm) / len(warm)
     return {
         "bench": "scale",
         "generators": generators,
@@ -95,9 +98,9 @@ def layout(args, generators: int, mode: str, model_dir: Path, out: Path) -> dict
         "step_over_ideal": round(step_s / ideal, 3),
         "t_gen_model_s": round(t_gen, 4),
         "t_train_model_s": round(t_train, 4),
-        "controller_busy": round(statistics.median(busy), 4),
-        "controller_msgs_per_step": statistics.median(msgs),
-        "controller_msgs_per_s": round(statistics.median(msgs) / step_s, 1),
+        "controller_busy": round(busy, 4),
+        "controller_msgs_per_step": round(msgs_per_step, 1),
+        "controller_msgs_per_s": round(msgs_per_step * len(warm) / warm_s, 1),
         "wall_s": round(wall, 2),  # the whole job, mpiexec to exit
         "loadavg_1m": round(os.getloadavg()[0], 2),
     }
