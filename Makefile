@@ -73,6 +73,7 @@ bench: $(STAMP)
 	$(PY) bench/rewards.py
 	$(MPIRUN) -n 2 $(PY) bench/checkpoint.py
 	$(PY) bench/precision.py
+	$(PY) bench/scale.py
 
 clean:
 	rm -rf $(VENV) runs
