@@ -37,7 +37,6 @@ def run_across_nodes(script: str | Path, ranks: int, slots: list[int], argv: lis
         print(f"--cross-node: no virtual cluster here: {reason}", file=sys.stderr)
         return 2
     with VirtualCluster(len(slots)) as cluster:
-        # Not bound to cores: the virtual nodes share this machine's.
-        args = ["-n", str(ranks), "--bind-to", "none", "--mca", "btl", "self,tcp", sys.executable, str(script), *argv]
+        args = ["-n", str(ranks), sys.executable, str(script), *argv]  # TCP only, unbound (cluster.py)
         env = mpi_env({LINK_ENV: f"TCP between {len(slots)} virtual nodes (veth bridge)"})
         return subprocess.run(cluster.mpirun(find_mpirun(), args, slots), env=env, cwd=str(REPO)).returncode

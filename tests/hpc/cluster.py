@@ -176,11 +176,13 @@ class VirtualCluster:
         ]
 
     def mpirun(self, mpirun: str, args: list[str], slots: int | list[int]) -> list[str]:
-        """``mpirun`` started on the first node, its daemons on the others through the agent."""
-        return self.on_node(
-            self.hosts[0],
-            [mpirun, "--hostfile", str(self.hostfile(slots)), "--mca", "plm_ssh_agent", str(self.agent), *args],
-        )
+        """``mpirun`` started on the first node, its daemons on the others through the agent.
+
+        Only TCP between ranks (were shared memory used across nodes, nothing would test a
+        network), and no binding: the virtual nodes share this machine's cores, and binding
+        put two nodes' ranks on the same core and starved one (a real node has its own)."""
+        agent = ["--hostfile", str(self.hostfile(slots)), "--mca", "plm_ssh_agent", str(self.agent)]
+        return self.on_node(self.hosts[0], [mpirun, *agent, "--bind-to", "none", "--mca", "btl", "self,tcp", *args])
 
     def running(self) -> dict[str, list[int]]:
         """The processes still running on each node."""

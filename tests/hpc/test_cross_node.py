@@ -27,10 +27,6 @@ JOB_TIMEOUT_S = 600
 REASON = unavailable_reason()
 pytestmark = [pytest.mark.skipif(REASON is not None, reason=f"virtual cluster: {REASON}"), pytest.mark.timeout(900)]
 
-# Between nodes only TCP: were shared memory ever used across them, the test would not be
-# testing a network. (Within a node Open MPI may use it; here it is simply not offered.)
-TCP_ONLY = ["--mca", "btl", "self,tcp"]
-
 
 @pytest.fixture
 def cluster(request):
@@ -44,9 +40,7 @@ def cluster(request):
 
 
 def launch_cmd(cluster: VirtualCluster, n: int, slots, argv: list[str]) -> list[str]:
-    # Every virtual node shares the machine's cores: binding ranks to "their" cores would put
-    # two nodes' ranks on the same core and starve one (a real node has its own cores).
-    return cluster.mpirun(find_mpirun(), ["-n", str(n), "--bind-to", "none", *TCP_ONLY, *argv], slots)
+    return cluster.mpirun(find_mpirun(), ["-n", str(n), *argv], slots)  # TCP only, unbound (cluster.py)
 
 
 def run_job(cluster, tmp_path, sft_model, slots, overrides: dict, env_extra: dict | None = None):  # noqa: F811
