@@ -37,7 +37,8 @@ def gone(pid: int) -> bool:
     if Path("/proc/self").exists():
         try:
             return Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0] in ("Z", "X")
-        except (FileNotFoundError, IndexError):
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            # ProcessLookupError: the process was reaped between the open and the read.
             return True
     try:
         os.kill(pid, 0)
