@@ -14,6 +14,9 @@ ifeq ($(shell id -u),0)
 export OMPI_ALLOW_RUN_AS_ROOT := 1
 export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM := 1
 endif
+# No PMIx tool rendezvous files: a killed mpirun's stale ones make a later mpirun that gets
+# the same pid die at start (launch/cli.py, OPEN_MPI_DEFAULTS, says more).
+export PRTE_MCA_pmix_tool_support ?= 0
 # One compute thread per rank: ranks share the node's cores.
 export OMP_NUM_THREADS ?= 1
 export PYTHONUNBUFFERED := 1

@@ -52,10 +52,28 @@ def mpiexec_command(
     if is_open_mpi(mpiexec):
         if n > cores:
             cmd.append("--oversubscribe")
-        if hasattr(os, "geteuid") and os.geteuid() == 0:
-            env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
-            env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+        env.update(open_mpi_env(env))
     return cmd + argv, env
+
+
+# PRRTE's mpirun writes "tool" rendezvous files (for debuggers and pterm to attach) into its
+# session folder, /tmp/ompi.<pid>, which an mpirun that was killed leaves behind. A later
+# mpirun that happens to get the same pid finds the file there, and PMIx (5.0) refuses to
+# overwrite it: the job dies at once with exit 213 and only "The PMIx server's listener thread
+# failed to start" (CI hit it once in about 40 jobs). mpirl attaches no tools, so it turns the
+# files off; a user who wants to attach one sets PRTE_MCA_pmix_tool_support=1 themselves.
+OPEN_MPI_DEFAULTS = {"PRTE_MCA_pmix_tool_support": "0"}
+
+
+def open_mpi_env(env: dict) -> dict:
+    """The settings Open MPI's mpirun needs here, given the environment ``env`` it will get
+    (a value already in ``env`` wins): running as root only when we are root, and no tool
+    rendezvous files (``OPEN_MPI_DEFAULTS``)."""
+    out = {k: v for k, v in OPEN_MPI_DEFAULTS.items() if k not in env}
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        out["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+        out["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    return out
 
 
 def _load_or_exit(path: str) -> config.RoleMap:

@@ -26,6 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from launch.cli import open_mpi_env  # noqa: E402
 
 
 @dataclass
@@ -73,9 +77,7 @@ def mpi_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONUNBUFFERED"] = "1"  # what a rank printed before dying must reach the pipe
-    if hasattr(os, "geteuid") and os.geteuid() == 0:
-        env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
-        env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+    env.update(open_mpi_env(env))  # root allowed when we are root; no PMIx tool files (launch/cli.py)
     env.update(extra or {})
     return env
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 from mpi_helpers import REPO, find_mpirun, run_mpi
@@ -168,3 +171,31 @@ def test_launch_rank_count_mismatch_exits_2(base_config, write_config):
     assert rc == 2, out
     assert out.count("mpirl: config error") == 1, out
     assert "world" in out and "has 3" in out and "mpirun -n 4" in out, out
+
+
+def test_a_stale_session_folder_of_a_killed_mpirun_does_not_stop_the_next(tmp_path, monkeypatch):
+    """A killed mpirun leaves /tmp/ompi.<pid>/pmix.<host>.tool behind; an mpirun that later gets
+    that pid died at start (exit 213, "The PMIx server's listener thread failed to start").
+    Here the next mpirun is given that pid (exec from the shell whose pid named the folder)."""
+    tmp = Path(tempfile.mkdtemp(prefix="m", dir="/tmp"))  # short: PRRTE's paths are built under it
+    try:
+        monkeypatch.setenv("TMPDIR", str(tmp))
+        _, env = cli.mpiexec_command(1, ["true"], mpiexec=find_mpirun(), cores=1)
+        script = (
+            f'mkdir -p "$TMPDIR/ompi.$$" && touch "$TMPDIR/ompi.$$/pmix.$(hostname).tool" '
+            f"&& exec {find_mpirun()} -n 1 true"
+        )
+        done = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_open_mpi_settings_leave_a_users_own_value(monkeypatch, as_user):
+    as_user(root=False)
+    monkeypatch.setenv("PRTE_MCA_pmix_tool_support", "1")
+    _, env = cli.mpiexec_command(2, ["prog"], mpiexec=find_mpirun(), cores=8)
+    assert env["PRTE_MCA_pmix_tool_support"] == "1"
+    monkeypatch.delenv("PRTE_MCA_pmix_tool_support")
+    _, env = cli.mpiexec_command(2, ["prog"], mpiexec=find_mpirun(), cores=8)
+    assert env["PRTE_MCA_pmix_tool_support"] == "0"
