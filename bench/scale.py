@@ -22,8 +22,21 @@ default; ``--lengths lognormal`` draws a long tail). Per layout:
   (the target at 32 generators: <= 1.10);
 - ``controller_busy``: the share of the measured steps' time the controller's loop spent
   working (target < 0.10), ``controller_msgs_per_step`` and ``controller_msgs_per_s``;
-Not yet reported (issue 19 asks for them): the share of generator time spent waiting for a
-batch's longest sample, start-up and shutdown times, and each role's peak memory.
+- ``tail_wait_share``: of the generators' time inside the engine, the share their rows spent
+  finished, waiting for their batch's longest sample (``generator_tail_wait_s``: the gap that
+  partial rollouts and continuous batching close; large with ``--lengths lognormal``);
+- ``startup_s``: from starting mpirun until the last rank entered its loop, and ``shutdown_s``:
+  from the controller's last step until mpirun exited; ``startup_by_role``: each phase's
+  longest time among a role's ranks (the ``start.*`` spans of ``launch/main.py`` and
+  ``launch/job.py``, which ``mpirl trace`` draws too);
+- ``peak_rss_mib``: each role's largest peak resident memory among its ranks;
+- ``advise_step_s``: the step time ``mpirl advise`` predicts for this layout from the
+  measurements of the mode's first layout (``advise_from``, e.g. 1 generator), and
+  ``advise_error``: its relative error against ``step_s`` (target <= 0.10).
+
+Before the layouts, a ``"job": "demo"`` line measures the same start-up and shutdown figures
+for the demo's own 4-rank job (``examples/arith/async.yaml``, real model, ``--demo-steps``
+steps); ``--generators ''`` with ``--demo-steps 0`` skips either.
 """
 
 from __future__ import annotations
@@ -31,14 +44,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from examples.arith import prepare as arith  # noqa: E402
-from launch import recipe  # noqa: E402
+from launch import advise, recipe  # noqa: E402
+from launch.trace import read_spans  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[1] / "examples/arith/async.yaml"
 
@@ -69,7 +85,9 @@ def layout(args, generators: int, mode: str, model_dir: Path, out: Path) -> dict
         },
     }
     cfg = recipe.write_config(CONFIG, out, overrides)
+    launched = time.time()
     wall = recipe.run_job(cfg, timeout_s=1800, quiet=True)
+    lifetime = job_lifetime(out, launched, time.time())
     metrics = recipe.read_metrics(out)
     warm = metrics[args.warmup :]
     step_s = statistics.median(m["step_s"] for m in warm)
@@ -101,7 +119,57 @@ def layout(args, generators: int, mode: str, model_dir: Path, out: Path) -> dict
         "controller_busy": round(busy, 4),
         "controller_msgs_per_step": round(msgs_per_step, 1),
         "controller_msgs_per_s": round(msgs_per_step * len(warm) / warm_s, 1),
+        "tail_wait_share": round(
+            sum(m.get("generator_tail_wait_s", 0.0) for m in warm) / max(sum(m["generation_s"] for m in warm), 1e-9), 4
+        ),
+        **lifetime,
         "wall_s": round(wall, 2),  # the whole job, mpiexec to exit
+        "loadavg_1m": round(os.getloadavg()[0], 2),
+    }
+
+
+def job_lifetime(out: Path, launched: float, exited: float) -> dict:
+    """Start-up, shutdown and memory of a finished job, from its ranks' spans (runtime/spans.py).
+
+    ``launched``/``exited``: time.time() when mpirun was started and when it had exited."""
+    ranks = read_spans(out)
+    ready = max(s["end"] for r in ranks for s in r["spans"] if s["name"] == "start.build")
+    last_step = next(
+        s["start"] for r in ranks if r["role"] == "controller" for s in r["spans"] if s["name"] == "stop.finish"
+    )
+    phases: dict[str, dict[str, float]] = {}
+    peak: dict[str, float] = {}
+    for r in ranks:
+        role = phases.setdefault(r["role"], {})
+        for s in r["spans"]:
+            if s["name"].startswith("start."):
+                name = s["name"].removeprefix("start.")
+                role[name] = round(max(role.get(name, 0.0), s["end"] - s["start"]), 2)
+        peak[r["role"]] = max(peak.get(r["role"], 0), round(r["peak_rss_bytes"] / 2**20))
+    return {
+        "startup_s": round(ready - launched, 2),
+        "shutdown_s": round(exited - last_step, 2),
+        "startup_by_role": phases,
+        "peak_rss_mib": peak,
+    }
+
+
+def demo_job(args, model_dir: Path, out: Path) -> dict:
+    """The demo's role map (4 ranks, its real model and engine) for a few steps: its start-up."""
+    overrides = {
+        "model": {"path": str(model_dir)},
+        "run": {"steps": args.demo_steps, "out": str(out), "progress": False},
+    }
+    cfg = recipe.write_config(CONFIG, out, overrides)
+    launched = time.time()
+    wall = recipe.run_job(cfg, timeout_s=600, quiet=True)
+    return {
+        "bench": "scale",
+        "job": "demo",
+        "ranks": 4,
+        "steps": args.demo_steps,
+        **job_lifetime(out, launched, time.time()),
+        "wall_s": round(wall, 2),
         "loadavg_1m": round(os.getloadavg()[0], 2),
     }
 
@@ -120,20 +188,34 @@ def main() -> None:
     ap.add_argument("--gen-token-s", type=float, default=0.0005, help="a decode step's fixed cost")
     ap.add_argument("--gen-row-token-s", type=float, default=0.0001, help="a decode step's cost per row")
     ap.add_argument("--train-token-s", type=float, default=0.00005, help="the sim trainer's cost per token")
+    ap.add_argument("--demo-steps", type=int, default=3, help="steps of the demo job's start-up line (0: none)")
     ap.add_argument("--out", default="runs/bench_scale")
     args = ap.parse_args()
     out = Path(args.out)
     arith.prepare_model(out / "model", seed=0)
     model_dir = out / "model" / "sft"
+    if args.demo_steps > 0:
+        print(json.dumps(demo_job(args, model_dir, out / "demo")), flush=True)
+    sim_dir = out / "model" / "sim"  # a copy: the demo line needs the model as it was built
+    shutil.copytree(model_dir, sim_dir, dirs_exist_ok=True)
+    model_dir = sim_dir
     # Neither sim runs the model (its weights are only pushed, for real), so its context may
     # exceed what it was built for: room for the simulated lengths in the role map's checks.
     config_json = model_dir / "config.json"
     model_config = json.loads(config_json.read_text())
     model_config["max_position_embeddings"] = max(model_config.get("max_position_embeddings", 0), 1 << 16)
     config_json.write_text(json.dumps(model_config, indent=2))
-    for g in (int(x) for x in args.generators.split(",")):
+    reference: dict[str, tuple[int, Path]] = {}  # mode -> the first layout: what advise predicts from
+    for g in (int(x) for x in args.generators.split(",") if x):
         for mode in args.modes.split(","):
-            line = layout(args, g, mode, model_dir, out / f"g{g}-{mode}")
+            run_dir = out / f"g{g}-{mode}"
+            line = layout(args, g, mode, model_dir, run_dir)
+            ref_g, ref_dir = reference.setdefault(mode, (g, run_dir))
+            work, _, overlapped = advise.work_from_run(ref_dir)
+            predicted = advise.predict(work, generator=g, reward=1, trainer=1, overlapped=overlapped)
+            line["advise_from"] = f"{ref_g} generator{'s' if ref_g > 1 else ''}"
+            line["advise_step_s"] = round(predicted, 4)
+            line["advise_error"] = round(abs(predicted - line["step_s"]) / line["step_s"], 3)
             print(json.dumps(line), flush=True)
 
 

@@ -2,6 +2,10 @@
 
 import os
 
+from launch import fast_exit
+
+fast_exit.install()  # first, so that it runs after every other atexit handler
+
 # Before MPI starts (Open MPI reads its settings at MPI_Init). Across nodes, a rank whose TCP
 # peer died aborts at once ("Socket closed", MPI_ERRORS_ARE_FATAL), and its abort reached
 # mpirun before the dead rank's own node reported the death: the job's last words named the

@@ -73,18 +73,24 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def run_rank(cfg: RoleMap, config_path: str, preflight: Preflight | None = None, resume=None) -> str | None:
+def run_rank(
+    cfg: RoleMap, config_path: str, preflight: Preflight | None = None, resume=None, startup: list | None = None
+) -> str | None:
     """``preflight``: what rank 0 prepared for the controller before anything else (None: the
     controller prepares it itself);
-    ``resume``: the checkpoint to continue from (``launch.resume``), or None. Returns why the
-    actor stopped ("finished", or ``runtime.PREEMPTED``)."""
+    ``resume``: the checkpoint to continue from (``launch.resume``), or None;
+    ``startup``: (name, start, end) of the start-up phases before this call, for the timeline.
+    Returns why the actor stopped ("finished", or ``runtime.PREEMPTED``)."""
     world = MPI.COMM_WORLD
     roles = cfg.world.roles_by_rank()
     role = roles[world.Get_rank()]
     PREEMPTION.install()  # SIGTERM/SIGUSR1/SIGINT: checkpoint after the step in progress
     with abort_on_error(role):
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        phases = list(startup or [])
+        t = time.time()
         dist = setup_distributed(world, roles, cfg.routes().train_role)
+        phases.append(("start.distributed", t, t := time.time()))
         heartbeat = None
         if role != "controller":  # from now on, while it loads its model too
             heartbeat = Heartbeat(
@@ -96,7 +102,10 @@ def run_rank(cfg: RoleMap, config_path: str, preflight: Preflight | None = None,
             from roles.checkpoint import load_rng
 
             load_rng(resume.path, dist.role_table.rank)  # a rank the checkpoint did not have keeps its seed
-        actor = build_actor(cfg, dist, preflight, resume)
+        actor = build_actor(cfg, dist, preflight, resume)  # the model, the weight transport, the engine
+        phases.append(("start.build", t, time.time()))
+        for phase in phases:
+            actor.spans.add(*phase)
         # The controller watches the others' loops; this thread watches its own.
         self_watch = None
         if role == "controller":
@@ -110,7 +119,7 @@ def run_rank(cfg: RoleMap, config_path: str, preflight: Preflight | None = None,
             heartbeat.stop()
         if dist.role_table.rank == 0:
             print(f"mpirl: {role} finished ({actor.stop_reason}) in {time.perf_counter() - t0:.1f} s", flush=True)
-    # Every rank returns here; mpi4py finalizes MPI at interpreter exit.
+    # Every rank returns here; MPI is finalized at exit (launch/fast_exit.py).
     return actor.stop_reason
 
 

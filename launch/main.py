@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 
 # Threads: each rank is one process among several on a node; letting every one of them
 # spawn a thread per core oversubscribes the machine. Must precede importing torch.
@@ -32,7 +33,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m launch", description=__doc__)
     parser.add_argument("config", help="role-map YAML file")
     args = parser.parse_args(argv)
+    entered = time.time()
     from runtime.lifeline import tie_to_launcher
+    from runtime.spans import process_started_at
 
     tie_to_launcher()  # a rank never outlives mpirun / srun, even deep in C code
 
@@ -70,6 +73,11 @@ def main(argv: list[str] | None = None) -> None:
 
             traceback.print_exc()
             problem = (1, "preparing the data failed (traceback above)")
+    else:
+        from launch.warm import warm_imports
+
+        role = cfg.world.roles_by_rank()[world.Get_rank()]
+        warm_imports(role, cfg.world.generator.engine)  # while rank 0 prepares the data
     problem, resume = world.bcast((problem, resume), root=0)
     if problem is not None:
         code, message = problem
@@ -79,10 +87,17 @@ def main(argv: list[str] | None = None) -> None:
             print(f"mpirl: {message}", file=sys.stderr, flush=True)
         sys.exit(code)
 
-    from launch.job import run_rank
+    prepared = time.time()
+    from launch.job import run_rank  # torch, on the ranks that use it
     from runtime.preemption import EXIT_RESUMABLE, exit_code_of
 
-    code = exit_code_of(run_rank(cfg, args.config, preflight, resume))
+    # The start-up so far, as spans of this rank's timeline (runtime/spans.py):
+    startup = [
+        ("start.python", process_started_at(), entered),  # the interpreter, mpi4py, MPI_Init
+        ("start.preflight", entered, prepared),  # the role map; rank 0 prepares the data, the others import
+        ("start.imports", prepared, time.time()),
+    ]
+    code = exit_code_of(run_rank(cfg, args.config, preflight, resume, startup=startup))
     if code == EXIT_RESUMABLE:
         # A generator may hold a weight receive posted for a version the stopped trainers will
         # never send (gloo cannot cancel one). Python's finalization would tear its waiting
@@ -91,4 +106,6 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.flush()
         MPI.Finalize()
         os._exit(code)
-    sys.exit(code)
+    from launch import fast_exit
+
+    fast_exit.exit_now(code)  # without the interpreter's teardown, when run as python -m launch

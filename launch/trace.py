@@ -18,6 +18,16 @@ COLOURS = {
     "weight_receive": "#8172B3",
     "wait": "#CCCCCC",
 }
+# Start-up and shutdown phases (runtime/spans.py: "start.imports", "stop.finish", ...): one
+# colour per kind, so the timeline shows how long a rank took to get going and to leave.
+PHASE_COLOURS = {"start.": ("start-up", "#E5C494"), "stop.": ("shutdown", "#B3B3B3")}
+
+
+def colour_of(name: str) -> str:
+    for prefix, (_, colour) in PHASE_COLOURS.items():
+        if name.startswith(prefix):
+            return colour
+    return COLOURS.get(name, "#937860")
 
 
 def read_spans(run_dir: Path) -> list[dict]:
@@ -68,14 +78,20 @@ def timeline_png(ranks: list[dict], path: Path, title: str = "") -> None:
         for s in r["spans"]:
             by_name.setdefault(s["name"], []).append((s["start"] - t0, s["end"] - s["start"]))
         for name, bars in by_name.items():
-            ax.broken_barh(bars, (lane - 0.4, 0.8), facecolors=COLOURS.get(name, "#937860"))
+            ax.broken_barh(bars, (lane - 0.4, 0.8), facecolors=colour_of(name))
     ax.set_yticks(range(len(ranks)))
     ax.set_yticklabels([f"{r['role']} {r['index']} (rank {r['rank']})" for r in ranks])
     ax.invert_yaxis()
     ax.set_xlabel("seconds since the first span")
     used = {s["name"] for r in ranks for s in r["spans"]}
+    handles = [Patch(color=c, label=n) for n, c in COLOURS.items() if n in used]
+    handles += [
+        Patch(color=c, label=label)
+        for prefix, (label, c) in PHASE_COLOURS.items()
+        if any(n.startswith(prefix) for n in used)
+    ]
     ax.legend(
-        handles=[Patch(color=c, label=n) for n, c in COLOURS.items() if n in used],
+        handles=handles,
         loc="upper center",
         bbox_to_anchor=(0.5, -0.18),
         ncol=6,

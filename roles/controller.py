@@ -289,6 +289,7 @@ class ControllerActor(ForwardsStopSignals, Actor):
             return
         c = self.gen[m.step]
         c["generate_s"] += m.generate_s
+        c["gen_tail_wait_s"] += m.tail_wait_s
         c["gen_wait_s"] += m.wait_s
         c["weight_load_s"] += m.weight_load_s
         c["weight_syncs"] += m.weight_syncs
@@ -350,6 +351,7 @@ class ControllerActor(ForwardsStopSignals, Actor):
             "weight_sync_s": m.metrics.get("weight_send_s", 0.0) + gen.get("weight_load_s", 0.0),
             "weight_sync_bytes": int(m.metrics.get("weight_send_bytes", 0)),  # the trainers' payload
             "generator_wait_s": gen.get("gen_wait_s", 0.0),
+            "generator_tail_wait_s": gen.get("gen_tail_wait_s", 0.0),  # of generation_s (BatchDone)
             "staleness_max": m.metrics.get("staleness_max"),
             "staleness_mean": m.metrics.get("staleness_mean"),
             "verifier_failures": int(scored.get("verifier_failures", 0)),
@@ -379,6 +381,7 @@ class ControllerActor(ForwardsStopSignals, Actor):
             self._finish()
             return
         if m.step + 1 >= self.schedule.steps:
+            self.work_done_at = time.time()
             if self.evaluation.enabled:
                 self._start_eval(version=m.version)  # the final policy (trainers pushed it)
                 self.finishing = True

@@ -73,6 +73,7 @@ def publish_batch(
             ),
         )
         tokens += sum(len(s.response_ids) for s in samples)
+    tail_wait_s = generate_s * tail_wait_share([len(s.response_ids) for g in groups for s in g])
     mailbox.send(
         CONTROLLER,
         BatchDone(
@@ -86,8 +87,22 @@ def publish_batch(
             weight_load_s=weight_load_s,
             weight_syncs=weight_syncs,
             eval_round=batch.eval_round,
+            tail_wait_s=tail_wait_s,
         ),
     )
+
+
+def tail_wait_share(lengths: list[int]) -> float:
+    """The share of a batch's decode time its rows spend finished, waiting for the longest.
+
+    A batch decodes until its longest sample ends: a row of length l idles for (longest - l)
+    of the longest's steps. Averaged over rows, weighting each decode step alike (the real cost
+    of a step also grows with the rows still decoding; this is the simple, engine-free figure).
+    """
+    longest = max(lengths, default=0)
+    if longest == 0:
+        return 0.0
+    return sum(longest - n for n in lengths) / (len(lengths) * longest)
 
 
 def sampling_for(batch: PromptBatch, rollout: RolloutConfig) -> SamplingConfig:

@@ -128,6 +128,9 @@ class BatchDone:
     weight_load_s: float  # seconds to apply received weights (the generator's stall per sync)
     weight_syncs: int  # weight versions applied since the last BatchDone
     eval_round: int = -1  # an evaluation batch: its round (its time is the eval's, not the step's)
+    # Of generate_s, the share its rows spent finished, waiting for the batch's longest sample
+    # (generator.tail_wait_s), in seconds: the gap continuous batching would close.
+    tail_wait_s: float = 0.0
 
 
 @message

@@ -17,7 +17,7 @@ from runtime.loop_clock import LOOP
 from runtime.mailbox import Envelope, Mailbox
 from runtime.messages import Stop
 from runtime.preemption import PREEMPTION
-from runtime.spans import Spans
+from runtime.spans import STOP_PREFIX, Spans
 
 
 def handles(*msg_types):
@@ -48,6 +48,10 @@ class Actor:
         # step()): idle polling and back-off sleeps are left out. The controller reports its own
         # share of each step from it (bench/scale.py: does one controller keep up?).
         self.busy_s = 0.0
+        # When the actor's real work ended (time.time()), if it says: the controller, at its last
+        # step. From then to the loop's end is the timeline's "stop.finish" (the final eval, the
+        # stop handshake).
+        self.work_done_at: float | None = None
         self._handlers = {}
         for name in dir(type(self)):
             fn = getattr(type(self), name)
@@ -123,4 +127,8 @@ class Actor:
                 backoff.reset()
             else:
                 backoff.sleep()
+        stopped = time.time()
+        if self.work_done_at is not None:
+            self.spans.add(STOP_PREFIX + "finish", self.work_done_at, stopped)
         self.mailbox.close()
+        self.spans.add(STOP_PREFIX + "mailbox_close", stopped, time.time())

@@ -10,8 +10,40 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import resource
+import sys
 import time
 from pathlib import Path
+
+# Start-up and shutdown phases (launch/main.py, launch/job.py): spans named with these
+# prefixes, so that a timeline shows where the time before the first step and after the last
+# one goes, rank by rank (bench/scale.py reports them as startup_s and shutdown_s).
+START_PREFIX = "start."
+STOP_PREFIX = "stop."
+
+
+def process_started_at() -> float:
+    """When this process started, in ``time.time()`` seconds: before the interpreter and its
+    imports, which a clock started in Python would miss. Linux reads it from /proc; elsewhere
+    it is the time of this call."""
+    try:
+        # Field 22 of /proc/self/stat: start time in clock ticks since boot (the command name,
+        # field 2, may hold spaces, so fields are counted from its closing parenthesis).
+        # Its age against /proc/uptime (1/100 s), not against the boot time in /proc/stat, which
+        # is in whole seconds.
+        ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return time.time() - (uptime - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        pass
+    return time.time()
+
+
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory so far (getrusage: KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)
 
 
 class Spans:
@@ -44,7 +76,7 @@ class Spans:
         path = Path(out_dir) / "spans" / f"rank-{self.rank:04d}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w") as f:
-            header = {"rank": self.rank, "role": self.role, "index": self.index}
+            header = {"rank": self.rank, "role": self.role, "index": self.index, "peak_rss_bytes": peak_rss_bytes()}
             f.write(json.dumps(header) + "\n")
             for name, t0, t1 in self.records:
                 f.write(json.dumps({"name": name, "start": t0, "end": t1}) + "\n")

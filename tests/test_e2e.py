@@ -129,6 +129,27 @@ def test_sharded_trainers_feed_two_generators(tmp_path, sft_model, transport):
 
     model = AutoModelForCausalLM.from_pretrained(str(tmp_path / "run" / "policy"))
     assert sum(p.numel() for p in model.parameters()) > 500_000
+    # Every rank's timeline holds its start-up phases, in order, and the controller's the stop
+    # after its last step (bench/scale.py's startup_s and shutdown_s come from them).
+    from launch.trace import read_spans
+
+    ranks = read_spans(tmp_path / "run")
+    assert sorted(r["role"] for r in ranks) == ["controller", "generator", "generator", "reward", "trainer", "trainer"]
+    phases = ["start.python", "start.preflight", "start.imports", "start.distributed", "start.build"]
+    for r in ranks:
+        spans = [s for s in r["spans"] if s["name"].startswith("start.")]
+        assert [s["name"] for s in spans] == phases, r["role"]
+        assert all(a["end"] <= b["start"] + 1e-6 and a["start"] <= a["end"] for a, b in zip(spans, spans[1:]))
+        assert r["peak_rss_bytes"] > 50 << 20  # every rank holds at least Python, MPI and numpy
+        first_work = min(
+            (s["start"] for s in r["spans"] if not s["name"].startswith(("start.", "stop."))), default=None
+        )
+        assert first_work is None or first_work >= spans[-1]["end"] - 1e-6, r["role"]
+    (controller,) = [r for r in ranks if r["role"] == "controller"]
+    assert [s["name"] for s in controller["spans"] if s["name"].startswith("stop.")] == [
+        "stop.finish",
+        "stop.mailbox_close",
+    ]
 
 
 @pytest.mark.parametrize("generation", [{}, {"dtype": "bfloat16"}], ids=["shared-module", "bf16-copy"])

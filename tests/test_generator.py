@@ -124,3 +124,12 @@ def test_an_announcement_out_of_order_or_past_the_last_version_is_refused(base_c
     with pytest.raises(RuntimeError, match=error):
         for v in versions:
             _announce(gen, v)
+
+
+def test_tail_wait_share_is_the_rows_idle_share_of_the_batch():
+    from roles.generator import tail_wait_share
+
+    assert tail_wait_share([4, 4, 4]) == 0.0
+    assert tail_wait_share([1, 3]) == pytest.approx((2 + 0) / (2 * 3))
+    assert tail_wait_share([10] + [1] * 9) == pytest.approx(9 * 9 / (10 * 10))
+    assert tail_wait_share([]) == 0.0 and tail_wait_share([0, 0]) == 0.0

@@ -1,11 +1,15 @@
 """mpirl trace: Perfetto JSON and a PNG timeline from per-rank span files."""
 
 import json
+import subprocess
+import sys
+import time
 
 import pytest
+from mpi_helpers import REPO
 
-from launch.trace import write_trace
-from runtime.spans import Spans
+from launch.trace import colour_of, write_trace
+from runtime.spans import Spans, process_started_at
 
 
 def _fake_run(tmp_path):
@@ -47,3 +51,45 @@ def test_busy_seconds_counts_only_recent_spans():
 def test_missing_spans_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no spans"):
         write_trace(tmp_path)
+
+
+def test_process_start_is_read_from_the_system_not_from_python():
+    """Before the interpreter ran anything (a clock started in Python would miss its start-up)."""
+    code = (
+        "import time; t = time.time(); import sys; sys.path.insert(0, sys.argv[1]); "
+        "from runtime.spans import process_started_at; print(process_started_at(), t)"
+    )
+    before = time.time()
+    out = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, check=True).stdout
+    after = time.time()
+    started, first_line = map(float, out.split())
+    assert before - 0.05 <= started <= first_line + 0.02 <= after + 0.02  # /proc counts in 1/100 s
+    assert process_started_at() < time.time()
+
+
+def test_peak_memory_grows_with_what_the_process_touched():
+    # In a fresh process: this one's high-water mark may already be above anything added here.
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from runtime.spans import peak_rss_bytes; "
+        "a = peak_rss_bytes(); block = bytearray(200 << 20); print(a, peak_rss_bytes())"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, check=True).stdout
+    before, after = map(int, out.split())
+    # bytearray() writes every page; the mark before may be above what the process held then.
+    assert 0 < before < 150 << 20 and after >= 200 << 20
+
+
+def test_start_up_and_shutdown_phases_have_colours_of_their_own(tmp_path):
+    assert colour_of("start.imports") == colour_of("start.build") != colour_of("stop.finish")
+    assert colour_of("train") != colour_of("start.imports")
+    s = Spans(0, "controller", 0)
+    s.add("start.python", 99.0, 99.5)
+    s.add("stop.finish", 100.0, 100.2)
+    s.write(tmp_path)
+    trace_path, png_path = write_trace(tmp_path)
+    header = json.loads((tmp_path / "spans" / "rank-0000.jsonl").read_text().splitlines()[0])
+    assert header["peak_rss_bytes"] > 0
+    assert {e["name"] for e in json.loads(trace_path.read_text())["traceEvents"] if e["ph"] == "X"} == {
+        "start.python",
+        "stop.finish",
+    }

@@ -26,6 +26,7 @@ _STEP = {
     "training_s": "timing/train_s",
     "weight_sync_s": "timing/weight_sync_s",
     "generator_wait_s": "timing/generator_wait_s",
+    "generator_tail_wait_s": "timing/generator_tail_wait_s",
     "checkpoint_save_s": "timing/checkpoint_save_s",
     "staleness_mean": "staleness/mean",
     "staleness_max": "staleness/max",
