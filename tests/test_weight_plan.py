@@ -13,8 +13,8 @@ from transports.weights.plan import ALIGN, LocalShard, ShardMeta, chunk_range
 class Loopback:
     """An in-process Channel: one instance per rank, all sharing one wire."""
 
-    def __init__(self, rank, wire):
-        self.rank, self.wire = rank, wire
+    def __init__(self, rank, wire, threaded_posts=False):
+        self.rank, self.wire, self.threaded_posts = rank, wire, threaded_posts
 
     def isend(self, buf, dst, tag):
         key = (self.rank, dst, tag)
@@ -43,6 +43,9 @@ class Loopback:
     def pollable(self, device):
         return True
 
+    def posts_block(self, device):
+        return self.threaded_posts
+
     def check_device(self, device):
         pass
 
@@ -68,19 +71,23 @@ def cut(params, n_trainers):
     ]
 
 
-def sync(shards_per_trainer, needs, bucket_bytes, pack_below=1 << 20, mutate_after_push=False):
-    """Trainers are ranks 0..T-1, generators T..; returns {gen rank: {name: tensor}} and the plan."""
+def sync(shards_per_trainer, needs, bucket_bytes, pack_below=1 << 20, mutate_after_push=False, threaded=False):
+    """Trainers are ranks 0..T-1, generators T..; returns {gen rank: {name: tensor}} and the plan.
+
+    ``threaded``: the senders post from their thread (as over gloo on CPU)."""
     T = len(shards_per_trainer)
     metas = {t: [ShardMeta.of(s) for s in sh] for t, sh in enumerate(shards_per_trainer)}
     gens = {T + i: n for i, n in enumerate(needs)}
     plan = build_plan(metas, gens, bucket_bytes=bucket_bytes, pack_below=pack_below)
     wire = {}
-    senders = [WeightSender(plan, Loopback(t, wire)) for t in range(T)]
+    senders = [WeightSender(plan, Loopback(t, wire, threaded_posts=threaded)) for t in range(T)]
     receivers = {g: WeightReceiver(plan, Loopback(g, wire)) for g in gens}
     for r in receivers.values():
         r.start(7)
     for t, s in enumerate(senders):
         s.push(shards_per_trainer[t], 7)
+        if threaded:
+            s.wait()  # the posting thread is done: everything is on the wire
         if mutate_after_push:
             for sh in shards_per_trainer[t]:
                 sh.tensor.add_(1)
@@ -247,3 +254,57 @@ def test_mpi_transport_refuses_cuda_without_cuda_aware_mpi(monkeypatch):
     ch.check_device(torch.device("cpu"))
     with pytest.raises(RuntimeError, match="not CUDA-aware"):
         ch.check_device(torch.device("cuda", 0))
+
+
+def test_posts_from_a_thread_deliver_the_same_bytes():
+    params = make_params(ODD, torch.float32, seed=3)
+    needs = [Need(), Need()]
+    inline, _ = sync(cut(params, 2), needs, bucket_bytes=256, pack_below=100)
+    threaded, _ = sync(cut(params, 2), needs, bucket_bytes=256, pack_below=100, threaded=True)
+    for g in inline:
+        for k in params:
+            assert torch.equal(inline[g][k], params[k]) and torch.equal(threaded[g][k], params[k])
+
+
+class BlockingPosts(Loopback):
+    """Posting waits for ``release`` (as a gloo send waits for the socket), or fails."""
+
+    def __init__(self, rank, wire, release, fail=False):
+        super().__init__(rank, wire, threaded_posts=True)
+        self.release, self.fail = release, fail
+
+    def isend(self, buf, dst, tag):
+        assert self.release.wait(10)
+        if self.fail:
+            raise RuntimeError("connection reset by peer")
+        return super().isend(buf, dst, tag)
+
+
+def test_a_push_whose_posts_block_returns_at_once_and_wait_waits_for_them():
+    import threading
+
+    params = make_params([(6, 2), (4, 3)], torch.float32)
+    sh = cut(params, 1)
+    plan = build_plan({0: [ShardMeta.of(s) for s in sh[0]]}, {1: Need()})
+    release, wire = threading.Event(), {}
+    sender = WeightSender(plan, BlockingPosts(0, wire, release), copy=False)
+    sender.push(sh[0], 1)  # returns while its thread is held in isend
+    assert not wire and not sender.progress()
+    threading.Timer(0.2, release.set).start()
+    assert sender.wait() >= 0.1 and len(wire) == len(plan.sends(0))
+    assert sender.stats.post_s >= 0.1 and sender.stats.version == 1
+
+
+def test_an_error_in_the_posting_thread_is_raised_by_wait():
+    import threading
+
+    params = make_params([(6, 2)], torch.float32)
+    sh = cut(params, 1)
+    plan = build_plan({0: [ShardMeta.of(s) for s in sh[0]]}, {1: Need()})
+    release = threading.Event()
+    release.set()
+    sender = WeightSender(plan, BlockingPosts(0, {}, release, fail=True))
+    sender.push(sh[0], 4)
+    with pytest.raises(RuntimeError, match="posting the weight sends of version 4 failed: connection reset"):
+        sender.wait()
+    assert sender.wait() == 0.0  # raised once; the sender is idle again

@@ -70,6 +70,9 @@ class MPIChannel:
     def pollable(self, device: torch.device) -> bool:
         return True
 
+    def posts_block(self, device: torch.device) -> bool:
+        return False  # Isend returns at once; the bytes move as the requests are progressed
+
     def check_device(self, device: torch.device) -> None:
         if device.type == "cpu":
             return

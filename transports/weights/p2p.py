@@ -53,6 +53,11 @@ class TorchChannel:
         # queries its CUDA event.
         return device.type != "cpu"
 
+    def posts_block(self, device: torch.device) -> bool:
+        # gloo writes a send's bytes to the peer's socket while the send is being posted (a
+        # loopback copy of the whole buffer); NCCL queues it on a CUDA stream.
+        return device.type == "cpu"
+
     def check_device(self, device: torch.device) -> None:
         backend = str(dist.get_backend(self.group))
         if device.type == "cuda" and "nccl" not in backend:

@@ -1,0 +1,189 @@
+"""Where a mailbox round trip's time goes: the same ping-pong, one layer added at a time.
+
+    mpirun -n 2 python bench/mailbox_parts.py [--pings 2000] [--reps 7]
+
+Each rung is the 64-byte ping-pong of ``bench/mailbox.py`` with one more layer of the
+mailbox's path, all measured in one run, alternating, medians of ``--reps``:
+
+1. ``raw``: ``Irecv`` posted ahead, ``Isend``, ``Wait`` (bench/mailbox.py's baseline);
+2. ``probe``: what the transport does on the wire, by hand: a synchronous-mode ``Issend`` and a
+   receive found by polling ``Improbe`` (yielding the core between polls), then ``Recv`` of the
+   matched message into a buffer of its size;
+3. ``transport``: ``MPITransport.send`` / ``poll`` of pre-encoded bytes (its framing, batching
+   check, completion tracking, received-message bookkeeping);
+4. ``mailbox``: ``Mailbox.send`` / ``poll`` of a typed message (the msgpack codec, its
+   validation, the envelope).
+
+The differences between rungs are what each layer costs a round trip. Single-process figures
+split the last one: ``encode_us`` and ``decode_us`` of the message, each timed alone.
+Prints ONE JSON line on rank 0, round trips in microseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import timeit
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mpi4py import MPI  # noqa: E402
+
+from runtime import Mailbox, RoleTable  # noqa: E402
+from transports import codec  # noqa: E402
+from transports.mpi_transport import MPITransport  # noqa: E402
+
+TAG = 21
+PAYLOAD = bytes(range(64))  # bench/mailbox.py's small message: the same 64 bytes
+
+
+@codec.message(name="BenchPartsSmall")
+class Small:
+    seq: int
+    data: bytes
+
+
+def raw(comm: MPI.Comm, n: int) -> float:
+    peer, buf = 1 - comm.rank, bytearray(len(PAYLOAD))
+    comm.Barrier()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        if comm.rank == 0:
+            r = comm.Irecv([buf, MPI.BYTE], peer, TAG)
+            comm.Isend([PAYLOAD, MPI.BYTE], peer, TAG).Wait()
+            r.Wait()
+        else:
+            comm.Irecv([buf, MPI.BYTE], peer, TAG).Wait()
+            comm.Isend([PAYLOAD, MPI.BYTE], peer, TAG).Wait()
+    return time.perf_counter() - t0
+
+
+def probe(comm: MPI.Comm, n: int) -> float:
+    peer, status, pending = 1 - comm.rank, MPI.Status(), []
+
+    def take():
+        while True:
+            msg = comm.Improbe(peer, TAG, status=status)
+            if msg is not None:
+                out = bytearray(status.Get_count(MPI.BYTE))
+                msg.Recv([out, MPI.BYTE])
+                return out
+            os.sched_yield()
+
+    comm.Barrier()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        if comm.rank == 0:
+            pending.append(comm.Issend([PAYLOAD, MPI.BYTE], peer, TAG))
+            take()
+        else:
+            take()
+            pending.append(comm.Issend([PAYLOAD, MPI.BYTE], peer, TAG))
+        if len(pending) > 64:
+            MPI.Request.Waitall(pending)
+            pending.clear()
+    MPI.Request.Waitall(pending)
+    return time.perf_counter() - t0
+
+
+def transport(t: MPITransport, comm: MPI.Comm, n: int, frames: list) -> float:
+    peer = 1 - comm.rank
+
+    def take():
+        while (got := t.poll()) is None:
+            t.progress()
+            os.sched_yield()
+        return got
+
+    comm.Barrier()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        if comm.rank == 0:
+            t.send(peer, frames)
+            take()
+        else:
+            take()
+            t.send(peer, frames)
+    t.flush()
+    return time.perf_counter() - t0
+
+
+def mailbox(mb: Mailbox, comm: MPI.Comm, n: int) -> float:
+    peer = ("b", 0) if comm.rank == 0 else ("a", 0)
+
+    def take():
+        while (env := mb.poll()) is None:
+            mb.progress()
+            os.sched_yield()
+        return env.msg
+
+    comm.Barrier()
+    t0 = time.perf_counter()
+    for i in range(n):
+        if comm.rank == 0:
+            mb.send(peer, Small(i, PAYLOAD))
+            take()
+        else:
+            msg = take()
+            mb.send(peer, Small(msg.seq, PAYLOAD))
+    mb.flush()
+    return time.perf_counter() - t0
+
+
+def per_call_us(fn, number: int = 20000) -> float:
+    return min(timeit.repeat(fn, number=number, repeat=5)) / number * 1e6
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pings", type=int, default=2000)
+    ap.add_argument("--reps", type=int, default=7)
+    args = ap.parse_args()
+    world = MPI.COMM_WORLD
+    if world.Get_size() != 2:
+        raise SystemExit("run with exactly 2 ranks: mpirun -n 2 python bench/mailbox_parts.py")
+    comm = world.Dup()
+    t = MPITransport(world.Dup())
+    mb = Mailbox(RoleTable(world, ["a", "b"]))
+    frames = codec.encode_frames(Small(0, PAYLOAD))
+    rungs = {
+        "raw": lambda: raw(comm, args.pings),
+        "probe": lambda: probe(comm, args.pings),
+        "transport": lambda: transport(t, comm, args.pings, frames),
+        "mailbox": lambda: mailbox(mb, comm, args.pings),
+    }
+    for fn in rungs.values():  # warm-up: connections, buffers, caches
+        fn()
+    times = {k: [] for k in rungs}
+    for _ in range(args.reps):
+        for k, fn in rungs.items():
+            times[k].append(fn() / args.pings * 1e6)
+    rtt = {k: statistics.median(v) for k, v in times.items()}
+    if world.rank == 0:
+        msg = Small(7, PAYLOAD)
+        header = bytes(frames[0])
+        line = {
+            "bench": "mailbox_parts",
+            **{f"{k}_rtt_us": round(v, 2) for k, v in rtt.items()},
+            "probe_over_raw_us": round(rtt["probe"] - rtt["raw"], 2),
+            "transport_over_probe_us": round(rtt["transport"] - rtt["probe"], 2),
+            "mailbox_over_transport_us": round(rtt["mailbox"] - rtt["transport"], 2),
+            "encode_us": round(per_call_us(lambda: codec.encode_frames(msg)), 2),
+            "decode_us": round(per_call_us(lambda: codec.decode(header)), 2),
+            "mailbox_over_raw": round(rtt["mailbox"] / rtt["raw"], 2),
+            "pings": args.pings,
+            "reps": args.reps,
+            "loadavg_1m": round(os.getloadavg()[0], 2),
+        }
+        print(json.dumps(line), flush=True)
+    world.Barrier()
+
+
+if __name__ == "__main__":
+    main()
