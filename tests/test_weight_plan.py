@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from roles.models import MODEL_SPECS, tp_need
-from transports.weights import Need, WeightReceiver, WeightSender, build_plan
+from transports.weights import Need, WeightReceiver, WeightSender, build_plan, endpoints
 from transports.weights.plan import ALIGN, LocalShard, ShardMeta, chunk_range
 
 
@@ -256,7 +256,8 @@ def test_mpi_transport_refuses_cuda_without_cuda_aware_mpi(monkeypatch):
         ch.check_device(torch.device("cuda", 0))
 
 
-def test_posts_from_a_thread_deliver_the_same_bytes():
+def test_posts_from_a_thread_deliver_the_same_bytes(monkeypatch):
+    monkeypatch.setattr(endpoints, "THREADED_POST_BYTES", 0)  # every push is large enough
     params = make_params(ODD, torch.float32, seed=3)
     needs = [Need(), Need()]
     inline, _ = sync(cut(params, 2), needs, bucket_bytes=256, pack_below=100)
@@ -280,9 +281,10 @@ class BlockingPosts(Loopback):
         return super().isend(buf, dst, tag)
 
 
-def test_a_push_whose_posts_block_returns_at_once_and_wait_waits_for_them():
+def test_a_push_whose_posts_block_returns_at_once_and_wait_waits_for_them(monkeypatch):
     import threading
 
+    monkeypatch.setattr(endpoints, "THREADED_POST_BYTES", 0)
     params = make_params([(6, 2), (4, 3)], torch.float32)
     sh = cut(params, 1)
     plan = build_plan({0: [ShardMeta.of(s) for s in sh[0]]}, {1: Need()})
@@ -295,9 +297,10 @@ def test_a_push_whose_posts_block_returns_at_once_and_wait_waits_for_them():
     assert sender.stats.post_s >= 0.1 and sender.stats.version == 1
 
 
-def test_an_error_in_the_posting_thread_is_raised_by_wait():
+def test_an_error_in_the_posting_thread_is_raised_by_wait(monkeypatch):
     import threading
 
+    monkeypatch.setattr(endpoints, "THREADED_POST_BYTES", 0)
     params = make_params([(6, 2)], torch.float32)
     sh = cut(params, 1)
     plan = build_plan({0: [ShardMeta.of(s) for s in sh[0]]}, {1: Need()})
@@ -308,3 +311,16 @@ def test_an_error_in_the_posting_thread_is_raised_by_wait():
     with pytest.raises(RuntimeError, match="posting the weight sends of version 4 failed: connection reset"):
         sender.wait()
     assert sender.wait() == 0.0  # raised once; the sender is idle again
+
+
+def test_a_small_push_is_posted_inline_even_where_posting_blocks():
+    import threading
+
+    params = make_params([(6, 2)], torch.float32)
+    sh = cut(params, 1)
+    plan = build_plan({0: [ShardMeta.of(s) for s in sh[0]]}, {1: Need()})
+    release, wire = threading.Event(), {}
+    release.set()
+    sender = WeightSender(plan, BlockingPosts(0, wire, release))
+    sender.push(sh[0], 1)
+    assert len(wire) == len(plan.sends(0)) and sender._poster is None  # posted before push returned

@@ -91,6 +91,11 @@ def wait_in_arrival_order(channel: Channel, handles: list[Any], peers: list[int]
             channel.wait(h)
 
 
+# A push of at least this many bytes (to all its generators together) is posted from a thread
+# where posting blocks; below it, inline (see WeightSender.__init__).
+THREADED_POST_BYTES = 32 << 20
+
+
 class WeightSender:
     """Trainer end: one push in flight at a time.
 
@@ -120,9 +125,12 @@ class WeightSender:
         self._arena: torch.Tensor | None = None  # allocated at the first push, on the shards' device
         self._handles: list[Any] = []
         self._handle_dsts = [d for dsts in self._dsts for d in dsts]  # each send's peer, in order
-        # Where posting blocks (gloo on CPU), a push posts from this thread, so the trainer
-        # goes on at once: with 32 generators the posting alone took 0.19 s of a 1.0 s step
-        # (bench/scale.py). Its error, if any, is raised by wait() on the caller's thread.
+        # Where posting blocks (gloo on CPU) and a push is large, it posts from a thread of its
+        # own, so the trainer goes on at once: with 32 generators (84 MB a push) the posting
+        # alone took 0.19 s of a 1.0 s step (bench/scale.py). A small push is posted inline:
+        # for the demo's 2.6 MB the thread cost more than it saved (async step 0.154 -> 0.176 s
+        # on 2 cores, bench/async_vs_sync.py). Its error is raised by wait() on the caller's thread.
+        self._threaded_posts = plan.nbytes_from(self.rank) >= THREADED_POST_BYTES
         self._poster: threading.Thread | None = None
         self._post_error: BaseException | None = None
         self._t0 = 0.0
@@ -137,7 +145,7 @@ class WeightSender:
             self._arena = torch.empty(self._total, dtype=torch.uint8, device=device)
         self._t0 = time.perf_counter()
         self.stats = SyncStats(version, self.plan.nbytes_from(self.rank), len(self._handle_dsts))
-        threaded = self.channel.posts_block(device)
+        threaded = self._threaded_posts and self.channel.posts_block(device)
         packed = []  # (bucket index, its flat bytes), for the posting thread
         for i, (bucket, off, inplace) in enumerate(zip(self._buckets, self._offs, self._inplace)):
             if inplace:
