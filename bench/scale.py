@@ -19,7 +19,8 @@ default; ``--lengths lognormal`` draws a long tail). Per layout:
 - ``ideal_step_s``: the modelled work alone, ``t_gen + t_train`` in sync mode and
   ``max(t_gen, t_train)`` in async, with ``t_gen`` one generator's share (the generators run
   in parallel) and ``t_train`` the trainer's modelled step; ``step_over_ideal`` their ratio
-  (the target at 32 generators: <= 1.10);
+  (the target at 32 generators: <= 1.10). With drawn lengths ``t_gen`` is the generators' mean
+  modelled time, so in sync mode the ratio also holds the wait for the slowest generator;
 - ``controller_busy``: the share of the measured steps' time the controller's loop spent
   working (target < 0.10), ``controller_msgs_per_step`` and ``controller_msgs_per_s``;
 - ``tail_wait_share``: of the generators' time inside the engine, the share their rows spent
@@ -93,10 +94,14 @@ def layout(args, generators: int, mode: str, model_dir: Path, out: Path) -> dict
     step_s = statistics.median(m["step_s"] for m in warm)
     tokens_per_step = statistics.median(m["tokens"] for m in warm)
     # The modelled work: a generator's batch is its share of the rows; fixed lengths: each row
-    # decodes --length tokens, so the longest is --length (lognormal: measured from the run).
+    # decodes --length tokens, so the longest is --length.
     rows_per_gen = rows / generators
-    longest = args.length if args.lengths == "fixed" else statistics.median(m["response_length_max"] for m in warm)
-    t_gen = (args.gen_token_s + rows_per_gen * per_row) * longest
+    if args.lengths == "fixed":
+        t_gen = (args.gen_token_s + rows_per_gen * per_row) * args.length
+    else:
+        # Drawn lengths: each generator's batch has its own longest sample, which only the
+        # engine saw; its modelled time is what it slept, summed over the generators.
+        t_gen = statistics.median(m["generation_s"] for m in warm) / generators
     t_train = args.train_token_s * tokens_per_step
     ideal = t_gen + t_train if mode == "sync" else max(t_gen, t_train)
     # Over the measured steps as a whole: a step's line may be written in a burst with the next
