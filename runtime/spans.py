@@ -41,7 +41,18 @@ def process_started_at() -> float:
 
 
 def peak_rss_bytes() -> int:
-    """This process's peak resident memory so far (getrusage: KiB on Linux, bytes on macOS)."""
+    """This process's peak resident memory so far.
+
+    Linux: the address space's high-water mark (VmHWM in /proc/self/status). Not getrusage's
+    ru_maxrss, which a child inherits from its parent at fork and keeps across exec: a rank
+    started by a 2 GB process would report 2 GB. Elsewhere ru_maxrss (KiB, bytes on macOS).
+    """
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return int(peak if sys.platform == "darwin" else peak * 1024)
 

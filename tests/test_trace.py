@@ -68,12 +68,14 @@ def test_process_start_is_read_from_the_system_not_from_python():
 
 
 def test_peak_memory_grows_with_what_the_process_touched():
-    # In a fresh process: this one's high-water mark may already be above anything added here.
+    # In a fresh process, whose own mark must not be its parent's (ranks are started by mpirun).
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); from runtime.spans import peak_rss_bytes; "
         "a = peak_rss_bytes(); block = bytearray(200 << 20); print(a, peak_rss_bytes())"
     )
+    parent = bytearray(300 << 20)  # a large parent: getrusage's figure is inherited at fork
     out = subprocess.run([sys.executable, "-c", code, str(REPO)], capture_output=True, text=True, check=True).stdout
+    del parent
     before, after = map(int, out.split())
     # bytearray() writes every page; the mark before may be above what the process held then.
     assert 0 < before < 150 << 20 and after >= 200 << 20
