@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from runtime.spans import START_PREFIX, STOP_PREFIX
+
 COLOURS = {
     "generate": "#4C72B0",
     "score": "#DD8452",
@@ -20,7 +22,7 @@ COLOURS = {
 }
 # Start-up and shutdown phases (runtime/spans.py: "start.imports", "stop.finish", ...): one
 # colour per kind, so the timeline shows how long a rank took to get going and to leave.
-PHASE_COLOURS = {"start.": ("start-up", "#E5C494"), "stop.": ("shutdown", "#B3B3B3")}
+PHASE_COLOURS = {START_PREFIX: ("start-up", "#E5C494"), STOP_PREFIX: ("shutdown", "#B3B3B3")}
 
 
 def colour_of(name: str) -> str:
