@@ -6,15 +6,17 @@ Each rung is the 64-byte ping-pong of ``bench/mailbox.py`` with one more layer o
 mailbox's path, all measured in one run, alternating, medians of ``--reps``:
 
 1. ``raw``: ``Irecv`` posted ahead, ``Isend``, ``Wait`` (bench/mailbox.py's baseline);
-2. ``probe``: what the transport does on the wire, by hand: a synchronous-mode ``Issend`` and a
-   receive found by polling ``Improbe`` (yielding the core between polls), then ``Recv`` of the
-   matched message into a buffer of its size;
+2. ``posted``: what the transport does on the wire, by hand: a synchronous-mode ``Issend`` into
+   a persistent receive posted ahead, polled with ``Test`` (yielding the core between polls)
+   and posted again once its bytes are copied out;
 3. ``transport``: ``MPITransport.send`` / ``poll`` of pre-encoded bytes (its framing, batching
    check, completion tracking, received-message bookkeeping);
 4. ``mailbox``: ``Mailbox.send`` / ``poll`` of a typed message (the msgpack codec, its
    validation, the envelope).
 
-The differences between rungs are what each layer costs a round trip. Single-process figures
+The differences between rungs are what each layer costs a round trip. ``probe`` is context:
+the transport's earlier wire, a receive found by polling ``Improbe`` then ``Recv`` of the
+matched message into a buffer of its size. Single-process figures
 split the last one: ``encode_us`` and ``decode_us`` of the message, each timed alone.
 Prints ONE JSON line on rank 0, round trips in microseconds.
 """
@@ -92,6 +94,40 @@ def probe(comm: MPI.Comm, n: int) -> float:
     return time.perf_counter() - t0
 
 
+def posted(comm: MPI.Comm, n: int) -> float:
+    peer, status, pending = 1 - comm.rank, MPI.Status(), []
+    slot = bytearray(4096)
+    request = comm.Recv_init([slot, MPI.BYTE], peer, TAG)
+    request.Start()
+
+    def take():
+        while not request.Test(status):
+            os.sched_yield()
+        out = bytes(memoryview(slot)[: status.Get_count(MPI.BYTE)])
+        request.Start()
+        return out
+
+    comm.Barrier()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        if comm.rank == 0:
+            pending.append(comm.Issend([PAYLOAD, MPI.BYTE], peer, TAG))
+            take()
+        else:
+            take()
+            pending.append(comm.Issend([PAYLOAD, MPI.BYTE], peer, TAG))
+        if len(pending) > 64:
+            MPI.Request.Waitall(pending)
+            pending.clear()
+    MPI.Request.Waitall(pending)
+    elapsed = time.perf_counter() - t0
+    comm.Barrier()  # every message taken: the last posted receive can go
+    request.Cancel()
+    request.Wait()
+    request.Free()
+    return elapsed
+
+
 def transport(t: MPITransport, comm: MPI.Comm, n: int, frames: list) -> float:
     peer = 1 - comm.rank
 
@@ -155,6 +191,7 @@ def main() -> None:
     rungs = {
         "raw": lambda: raw(comm, args.pings),
         "probe": lambda: probe(comm, args.pings),
+        "posted": lambda: posted(comm, args.pings),
         "transport": lambda: transport(t, comm, args.pings, frames),
         "mailbox": lambda: mailbox(mb, comm, args.pings),
     }
@@ -171,8 +208,8 @@ def main() -> None:
         line = {
             "bench": "mailbox_parts",
             **{f"{k}_rtt_us": round(v, 2) for k, v in rtt.items()},
-            "probe_over_raw_us": round(rtt["probe"] - rtt["raw"], 2),
-            "transport_over_probe_us": round(rtt["transport"] - rtt["probe"], 2),
+            "posted_over_raw_us": round(rtt["posted"] - rtt["raw"], 2),
+            "transport_over_posted_us": round(rtt["transport"] - rtt["posted"], 2),
             "mailbox_over_transport_us": round(rtt["mailbox"] - rtt["transport"], 2),
             "encode_us": round(per_call_us(lambda: codec.encode_frames(msg)), 2),
             "decode_us": round(per_call_us(lambda: codec.decode(header)), 2),

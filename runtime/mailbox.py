@@ -168,6 +168,8 @@ class Mailbox:
             self._check(deadline, "waiting for the other ranks to close")
             time.sleep(200e-6)
         self._drop_incoming()
+        # Every rank has completed its sends: nothing more can come, so the posted receives go.
+        self.dropped_after_close += self.transport.close()
         self.closed = True
 
     def _drop_incoming(self) -> None:

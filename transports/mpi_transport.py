@@ -6,6 +6,14 @@ buffer follows on ``BUFFER_TAG`` from the same sender. MPI does not let messages
 exactly its buffers from that source always pairs them correctly, and a sender's messages
 arrive in the order it sent them.
 
+Header messages land in receives posted ahead of time: ``RECEIVE_SLOTS`` persistent receives
+from any source, each into a buffer of ``SLOT_BYTES``, kept posted and tested in the order
+they were posted (MPI matches posted receives in that order, so per-sender order holds). An
+empty poll is then one ``MPI_Test`` and a message needs no probe and no allocation: the
+round trip costs a fraction of what a matched probe (``Improbe`` + ``Mrecv``) per message did
+(bench/mailbox_parts.py). A header too large for a slot travels on ``BUFFER_TAG`` too, as the
+first of its message's buffers, announced by a 4-byte word in the slot.
+
 Small messages without buffers are coalesced, adaptively (as Nagle's algorithm does for TCP):
 one goes out at once when the peer has taken everything we sent it before, so an idle pair
 of ranks sees no added latency; while the peer has not yet taken our last message, the next
@@ -15,11 +23,14 @@ destination, so order holds, and at every "idle point": :meth:`~MPITransport.pro
 :meth:`~MPITransport.poll` that finds nothing, :meth:`~MPITransport.flush`. So a message
 never waits in a batch past this rank's next progress() or empty poll() — an actor's loop
 makes both all the time. Header messages are sent in synchronous mode (``Issend``): their
-completion means the peer has matched them, which is the "taken" signal above, and what
-:attr:`~MPITransport.inflight_bytes` counts is then bytes the peer has not yet taken.
+completion means a receive of the peer's has matched them (a posted slot, whose contents the
+peer takes at its next poll: at most ``RECEIVE_SLOTS`` messages wait there), which is the
+"taken" signal above, and what :attr:`~MPITransport.inflight_bytes` counts is then bytes the
+peer has not yet taken.
 
 Wire format of a header message: 4 bytes (little-endian) that say what follows:
-- ``n < BATCH``: one message, its header bytes, then ``n`` buffers on ``BUFFER_TAG``;
+- ``n < LARGE``: one message, its header bytes, then ``n`` buffers on ``BUFFER_TAG``;
+- ``LARGE | n``: one message whose header is the first of ``n + 1`` buffers on ``BUFFER_TAG``;
 - ``BATCH``: buffer-less messages, each as a 4-byte length and that many header bytes.
 
 Blocking behaviour, call by call:
@@ -29,12 +40,12 @@ Blocking behaviour, call by call:
   other cannot deadlock.
 - :meth:`MPITransport.progress` never blocks (it may start sends, which back-pressure can
   hold up, exactly as in send()).
-- :meth:`MPITransport.poll` never blocks: a matched probe (``Improbe``) finds a message of
-  any size, which is then received with ``Mrecv`` into a buffer of exactly its size. The
-  buffers of a message follow its header and are taken with blocking ``Mprobe``/``Mrecv``:
-  the sender started them together with the header.
+- :meth:`MPITransport.poll` never blocks: it tests the oldest posted slot. The buffers of a
+  message follow its header and are taken with blocking ``Mprobe``/``Mrecv``: the sender
+  started them together with the header.
 - :meth:`MPITransport.flush` blocks until every send has completed, i.e. every peer has
   taken every message, receiving meanwhile.
+- :meth:`MPITransport.close` cancels the posted slots (call it once no peer sends any more).
 """
 
 from __future__ import annotations
@@ -53,6 +64,12 @@ HEADER_TAG = 7301
 BUFFER_TAG = 7302
 
 BATCH = 0xFFFFFFFF  # first word of a header message holding a batch of buffer-less messages
+LARGE = 0x80000000  # first-word flag: the header did not fit a slot and follows on BUFFER_TAG
+# Every rank's slots must hold the largest header message any rank puts in one, so these are
+# fixed here, not options: a batch (at most batch_bytes + a quarter, see MPITransport), or one
+# message whose header is at most SLOT_BYTES - 4.
+SLOT_BYTES = 96 * 1024
+RECEIVE_SLOTS = 8  # posted receives: messages that can land before the application polls
 _U32 = struct.Struct("<I")
 _SINGLE = _U32.pack(0)  # first word of a header message holding one buffer-less message
 _BATCH_START = _U32.pack(BATCH)
@@ -137,6 +154,9 @@ class MPITransport:
     ):
         """``max_pooled_bytes``: receive buffers kept for reuse (0: a fresh buffer every time).
         ``batch_bytes``: a batch goes out once it holds this much; 0 turns coalescing off."""
+        # The largest batch: under batch_bytes, then one more entry (4 + batch_entry_bytes).
+        if batch_bytes < 0 or 4 + batch_bytes + 4 + batch_bytes // 4 > SLOT_BYTES:
+            raise ValueError(f"batch_bytes must be between 0 and {(SLOT_BYTES - 8) * 4 // 5}, got {batch_bytes}")
         self.comm = comm
         self.max_inflight_bytes = max_inflight_bytes
         self.batch_bytes = batch_bytes
@@ -150,7 +170,13 @@ class MPITransport:
         self._last_header: dict[int, MPI.Request] = {}  # destination -> last header send
         # Received and not yet handed out, oldest first (poll() takes from here first).
         self._inbox: collections.deque[Received] = collections.deque()
-        self._status = MPI.Status()  # reused by every probe
+        self._status = MPI.Status()  # reused by every test and probe
+        # The posted slots, tested oldest first: _head is the next one to complete.
+        self._slot_buffers = [bytearray(SLOT_BYTES) for _ in range(RECEIVE_SLOTS)]
+        self._slots = [comm.Recv_init([b, MPI.BYTE], MPI.ANY_SOURCE, HEADER_TAG) for b in self._slot_buffers]
+        MPI.Prequest.Startall(self._slots)
+        self._head = 0
+        self.closed = False
         self.bytes_sent = 0
         self.bytes_received = 0
         self.messages_sent = 0
@@ -172,7 +198,7 @@ class MPITransport:
                 last = self._last_header.get(dest)
                 # Get_status, not Test: it leaves the request for progress() to retire.
                 if last is None or last.Get_status():
-                    self._start(dest, [_SINGLE + header])  # the peer is keeping up: no batch
+                    self._start_alone(dest, _SINGLE + header)  # the peer is keeping up: no batch
                     return
                 batch = self._batches[dest] = bytearray(_BATCH_START)
             batch += _U32.pack(len(header))
@@ -185,10 +211,25 @@ class MPITransport:
             self._send_batch(dest)
         # The header word says how many buffers follow, so the receiver needs no knowledge
         # of the message format to take them all.
-        self._start(dest, [_U32.pack(len(frames) - 1) + bytes(header), *frames[1:]])
+        if 4 + len(header) <= SLOT_BYTES:
+            self._start(dest, [_U32.pack(len(frames) - 1) + bytes(header), *frames[1:]])
+        else:  # too large for the peer's slot: announced there, sent as the first buffer
+            self._start(dest, [_U32.pack(LARGE | (len(frames) - 1)), *frames])
 
     def _send_batch(self, dest: int) -> None:
-        self._start(dest, [self._batches.pop(dest)])
+        self._start_alone(dest, self._batches.pop(dest))
+
+    def _start_alone(self, dest: int, data) -> None:
+        """:meth:`_start` for a header message without buffers: most messages, so kept lean."""
+        size = len(data)
+        while self._pending and self._inflight_bytes + size > self.max_inflight_bytes:
+            self._wait_some_sends()
+        req = self.comm.Issend(data, dest, HEADER_TAG)
+        self._last_header[dest] = req
+        self._pending.append((req, size, data))  # the buffer must outlive the request
+        self._inflight_bytes += size
+        self.bytes_sent += size
+        self.mpi_messages_sent += 1
 
     def _start(self, dest: int, frames: list) -> None:
         """Start the MPI sends of one header message and its buffers (may wait for room)."""
@@ -232,7 +273,10 @@ class MPITransport:
             return
         # Keep receiving while we wait: the peer we are waiting on may itself be blocked
         # sending to us, and only our receive lets it go on.
-        if not self._receive():
+        got = self._receive()
+        if got is not None:
+            self._inbox.append(got)
+        else:
             time.sleep(0)  # yield the core to the peer process on an oversubscribed node
 
     def flush(self, timeout_s: float | None = None) -> None:
@@ -253,30 +297,39 @@ class MPITransport:
 
     def poll(self) -> Received | None:
         """Return the next received message (or batch), or None at once if none has arrived."""
-        if self._inbox or self._receive():
+        if self._inbox:
             return self._inbox.popleft()
-        if self._batches:  # nothing to read: an idle point, so nothing of ours may wait
+        got = self._receive()
+        if got is None and self._batches:  # nothing to read: an idle point, so nothing of ours may wait
             self.progress()
-        return None
+        return got
 
-    def _receive(self) -> bool:
-        """Receive one header message (a message or a batch) into the inbox, if one has come."""
+    def _receive(self) -> Received | None:
+        """Receive one header message (a message or a batch), if one has come."""
+        if self.closed:
+            return None
         status = self._status
-        msg = self.comm.improbe(MPI.ANY_SOURCE, HEADER_TAG, status)
-        if msg is None:
-            return False
+        slot = self._head
+        request = self._slots[slot]
+        if not request.Test(status):
+            return None
+        self._head = (slot + 1) % RECEIVE_SLOTS
         source = status.Get_source()
         count = status.Get_count(MPI.BYTE)
-        data = bytearray(count)
-        msg.Recv([data, MPI.BYTE])
         self.bytes_received += count
-        if count < 4:
-            raise RuntimeError(f"MPI transport: a {count}-byte header message from rank {source}")
-        (word,) = _U32.unpack_from(data)
+        # Copy out what the message needs, then post the slot again at once.
+        data = memoryview(self._slot_buffers[slot])[:count]
+        word = _U32.unpack_from(data)[0] if count >= 4 else None
         if word == BATCH:
             # bytes, once: each message's slice of it is then a cheap copy, and msgpack
             # reads bytes faster than a memoryview.
             data = bytes(data)
+        elif word is not None and not word & LARGE:
+            header = bytes(data[4:])
+        request.Start()
+        if word is None:
+            raise RuntimeError(f"MPI transport: a {count}-byte header message from rank {source}")
+        if word == BATCH:
             headers, offset = [], 4
             while offset < count:
                 (n,) = _U32.unpack_from(data, offset)
@@ -284,22 +337,43 @@ class MPITransport:
                 headers.append(data[offset - n : offset])
             if offset != count:
                 raise RuntimeError(f"MPI transport: a batch from rank {source} is cut short")
-            self._inbox.append(_tuple_new(Received, (source, headers, _NO_BUFFERS)))
-            return True
-        # One message. Small headers are copied into bytes (see above); large ones are not.
-        header = bytes(data[4:]) if count <= 65536 else memoryview(data)[4:]
+            return _tuple_new(Received, (source, headers, _NO_BUFFERS))
         buffers = _NO_BUFFERS
+        if word & LARGE:
+            word &= ~LARGE
+            header = self._take_buffer(source, status, pooled=False)
         if word:
-            buffers = []
-            for _ in range(word):
-                # The header's buffers are the next BUFFER_TAG messages from this source.
-                bmsg = self.comm.mprobe(source=source, tag=BUFFER_TAG, status=status)
-                buf = self._buffers.take(status.Get_count(MPI.BYTE))
-                bmsg.Recv([buf, MPI.BYTE])
-                self.bytes_received += buf.nbytes
-                buffers.append(buf)
-        self._inbox.append(_tuple_new(Received, (source, [header], buffers)))
-        return True
+            buffers = [self._take_buffer(source, status) for _ in range(word)]
+        return _tuple_new(Received, (source, [header], buffers))
+
+    def _take_buffer(self, source: int, status: MPI.Status, pooled: bool = True):
+        """The next BUFFER_TAG message from ``source`` (its sender started it with the header)."""
+        bmsg = self.comm.mprobe(source=source, tag=BUFFER_TAG, status=status)
+        count = status.Get_count(MPI.BYTE)
+        buf = self._buffers.take(count) if pooled else bytearray(count)
+        bmsg.Recv([buf, MPI.BYTE])
+        self.bytes_received += count
+        return buf
+
+    # ----------------------------------------------------------------- shutdown
+
+    def close(self) -> int:
+        """Cancel the posted slots; the number of messages found in them (then dropped).
+
+        Call once no peer sends to this rank any more (a mailbox closes collectively first):
+        a message still on its way would find no receive.
+        """
+        if self.closed:
+            return 0
+        self.closed = True
+        dropped = 0
+        for request in self._slots:
+            request.Cancel()
+            request.Wait(self._status)
+            if not self._status.Is_cancelled():
+                dropped += 1
+            request.Free()
+        return dropped
 
 
 def _nbytes(buf) -> int:

@@ -122,6 +122,34 @@ def test_messages_from_1_byte_to_64_mib_arrive_intact(comm, hub_and_spokes):
 
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.timeout(60)
+def test_headers_either_side_of_a_receive_slot_keep_their_order(comm, hub_and_spokes):
+    # A header that fits a posted slot travels in it; one byte more and it follows on the
+    # buffer tag, announced in the slot. Every spoke sends a sweep of sizes across that edge,
+    # interleaved with tiny messages (batched), and the hub checks bytes and order per sender.
+    from transports.mpi_transport import SLOT_BYTES
+
+    sizes = [n for n in range(SLOT_BYTES - 64, SLOT_BYTES + 16)] + [2 * SLOT_BYTES]
+    mb = hub_and_spokes()
+    if comm.rank == 0:
+        got = receive(mb, 2 * len(sizes) * (comm.size - 1))
+        by_sender: dict[Address, list] = {}
+        for env in got:
+            by_sender.setdefault(env.sender, []).append(env.msg)
+        for sender, msgs in by_sender.items():
+            assert [m.seq for m in msgs] == list(range(2 * len(sizes))), f"{sender}: out of order"
+            for i, size in enumerate(sizes):
+                assert msgs[2 * i].data == pattern(size, sender.index).tobytes(), f"{sender}: {size} B"
+                assert msgs[2 * i + 1].data == b"y"
+    else:
+        for i, size in enumerate(sizes):
+            mb.send(("hub", 0), Seq(2 * i, pattern(size, comm.rank - 1).tobytes()))
+            mb.send(("hub", 0), Seq(2 * i + 1, b"y"))
+    mb.close(timeout_s=WAIT_S)
+    assert mb.dropped_after_close == 0
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(60)
 def test_every_dtype_and_shape_across_ranks(comm, hub_and_spokes):
     import torch
 
@@ -351,3 +379,16 @@ def test_a_kept_large_message_is_never_overwritten(comm, hub_and_spokes):
         assert len({ptrs[i] for i in range(0, n, 2)}) == n // 2  # kept ones never share a buffer
         # A dropped message's buffer is the next message's: 1 -> 2, 3 -> 4.
         assert ptrs[2] == ptrs[1] and ptrs[4] == ptrs[3], ptrs
+
+
+@pytest.mark.timeout(30)
+def test_a_batch_that_could_outgrow_a_receive_slot_is_refused():
+    from mpi4py import MPI
+
+    from transports.mpi_transport import SLOT_BYTES, MPITransport
+
+    with pytest.raises(ValueError, match="batch_bytes must be between 0 and"):
+        MPITransport(MPI.COMM_SELF, batch_bytes=SLOT_BYTES)
+    t = MPITransport(MPI.COMM_SELF.Dup(), batch_bytes=0)  # coalescing off is fine
+    assert t.close() == 0 and t.close() == 0  # a second close is a no-op
+    t.comm.Free()
