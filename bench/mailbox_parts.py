@@ -66,18 +66,9 @@ def raw(comm: MPI.Comm, n: int) -> float:
     return time.perf_counter() - t0
 
 
-def probe(comm: MPI.Comm, n: int) -> float:
-    peer, status, pending = 1 - comm.rank, MPI.Status(), []
-
-    def take():
-        while True:
-            msg = comm.Improbe(peer, TAG, status=status)
-            if msg is not None:
-                out = bytearray(status.Get_count(MPI.BYTE))
-                msg.Recv([out, MPI.BYTE])
-                return out
-            os.sched_yield()
-
+def ssend_pingpong(comm: MPI.Comm, n: int, take) -> float:
+    """Round trips sent in synchronous mode, each reply received by ``take()``; seconds."""
+    peer, pending = 1 - comm.rank, []
     comm.Barrier()
     t0 = time.perf_counter()
     for _ in range(n):
@@ -94,8 +85,23 @@ def probe(comm: MPI.Comm, n: int) -> float:
     return time.perf_counter() - t0
 
 
+def probe(comm: MPI.Comm, n: int) -> float:
+    peer, status = 1 - comm.rank, MPI.Status()
+
+    def take():
+        while True:
+            msg = comm.Improbe(peer, TAG, status=status)
+            if msg is not None:
+                out = bytearray(status.Get_count(MPI.BYTE))
+                msg.Recv([out, MPI.BYTE])
+                return out
+            os.sched_yield()
+
+    return ssend_pingpong(comm, n, take)
+
+
 def posted(comm: MPI.Comm, n: int) -> float:
-    peer, status, pending = 1 - comm.rank, MPI.Status(), []
+    peer, status = 1 - comm.rank, MPI.Status()
     slot = bytearray(4096)
     request = comm.Recv_init([slot, MPI.BYTE], peer, TAG)
     request.Start()
@@ -107,20 +113,7 @@ def posted(comm: MPI.Comm, n: int) -> float:
         request.Start()
         return out
 
-    comm.Barrier()
-    t0 = time.perf_counter()
-    for _ in range(n):
-        if comm.rank == 0:
-            pending.append(comm.Issend([PAYLOAD, MPI.BYTE], peer, TAG))
-            take()
-        else:
-            take()
-            pending.append(comm.Issend([PAYLOAD, MPI.BYTE], peer, TAG))
-        if len(pending) > 64:
-            MPI.Request.Waitall(pending)
-            pending.clear()
-    MPI.Request.Waitall(pending)
-    elapsed = time.perf_counter() - t0
+    elapsed = ssend_pingpong(comm, n, take)
     comm.Barrier()  # every message taken: the last posted receive can go
     request.Cancel()
     request.Wait()
