@@ -41,6 +41,12 @@ def exit_now(code: int) -> None:
 def _leave() -> None:
     if _code is None:  # not a normal return (an exception, or not launched through launch/)
         return
+    leave(_code)
+
+
+def leave(code: int) -> None:
+    """Out of the process at once: standard streams flushed, MPI finalized, no atexit handler
+    and no teardown (the last step of a normal exit, or all of an exit that must skip the rest)."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -53,4 +59,4 @@ def _leave() -> None:
             MPI.Finalize()  # what mpi4py would do at exit; os._exit skips its Py_AtExit hook
     except ImportError:
         pass
-    os._exit(_code)
+    os._exit(code)

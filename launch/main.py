@@ -98,14 +98,11 @@ def main(argv: list[str] | None = None) -> None:
         ("start.imports", prepared, time.time()),
     ]
     code = exit_code_of(run_rank(cfg, args.config, preflight, resume, startup=startup))
+    from launch import fast_exit
+
     if code == EXIT_RESUMABLE:
         # A generator may hold a weight receive posted for a version the stopped trainers will
         # never send (gloo cannot cancel one). Python's finalization would tear its waiting
         # thread down mid-wait, which aborts the process: leave without it, MPI finalized.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        MPI.Finalize()
-        os._exit(code)
-    from launch import fast_exit
-
+        fast_exit.leave(code)
     fast_exit.exit_now(code)  # without the interpreter's teardown, when run as python -m launch
