@@ -275,6 +275,9 @@ def test_wait_times_out_and_checks_types(comm, hub_and_spokes):
     with pytest.raises(TimeoutError, match="no message within"):
         mb.wait(timeout_s=0.2)
     assert time.monotonic() - t0 < 5
+    # No rank sends before every rank's wait has timed out: a rank whose wait started late
+    # would otherwise rightly take the message below, sent when the sender's 0.2 s were up.
+    comm.Barrier()
     if comm.rank == 1:
         mb.send(("hub", 0), Seq(0))
         mb.send(("hub", 0), Done(1))
