@@ -207,6 +207,12 @@ u = torch.ones(1)
 dist.all_reduce(u, group=group)
 print(f"rank {comm.rank} world {dist.get_world_size()} sum {t[0].item():.0f} group {u.item():.0f}",
       flush=True)
+# Leave as launch/fast_exit.py does: a gloo worker thread caught by the interpreter's
+# finalization can abort the process after everything above has passed (CI saw signal 6).
+import os
+comm.Barrier()
+MPI.Finalize()
+os._exit(0)
 """
 
 
