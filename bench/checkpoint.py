@@ -181,6 +181,10 @@ def main() -> None:
         if comm.Get_rank() == 0:
             print("bench/checkpoint.py needs exactly 2 ranks: mpirun -n 2 python bench/checkpoint.py", file=sys.stderr)
         sys.exit(2)
+    if not Path(args.dir).is_dir():  # checked on every rank, before anything collective: no rank waits
+        if comm.Get_rank() == 0:
+            print(f"bench/checkpoint.py: --dir {args.dir} is not a folder", file=sys.stderr)
+        sys.exit(2)
     torch.set_num_threads(1)
     init_torch_distributed(comm, backend="gloo", timeout_s=600)
     group = new_group((0, 1))
