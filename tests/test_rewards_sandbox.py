@@ -384,6 +384,35 @@ def test_the_rank_exits_promptly_while_a_worker_is_stuck(run_script):
     assert gone(worker)
 
 
+@pytest.mark.timeout(60)
+def test_closing_while_another_thread_scores_starts_no_worker():
+    # What the rank's exit does while a scoring thread waits on a stuck worker: close() kills
+    # that worker, and the thread, seeing it die, must not start a replacement (nor a fresh
+    # fork server): that worker would ignore SIGTERM and hang multiprocessing's exit hook.
+    import multiprocessing
+
+    sb = RewardSandbox([spec("x", "reward_plugins:c_sleep")], timeout_s=300)
+    stuck = sb.worker_pids[0]
+    raised: list[BaseException] = []
+
+    def score():
+        try:
+            sb.score([("TRIGGER", Example(0, "", "1"))])
+        except BaseException as e:  # noqa: BLE001 - the test inspects it
+            raised.append(e)
+
+    thread = threading.Thread(target=score, daemon=True)
+    thread.start()
+    time.sleep(0.5)  # the worker is in its sleep, the thread in its wait
+    sb.close()
+    thread.join(20)
+    assert not thread.is_alive()
+    assert len(raised) == 1 and isinstance(raised[0], RuntimeError) and "closed" in str(raised[0])
+    assert sb.restarts == 0 and sb.worker_pids == []
+    assert gone(stuck)
+    assert [p for p in multiprocessing.active_children() if p.name == "mpirl-reward-worker"] == []
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 @pytest.mark.timeout(90)
 def test_a_stuck_worker_dies_with_its_rank(run_script):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import atexit
 import pickle
 import select
+import threading
 import time
 import weakref
 from collections import deque
@@ -35,7 +36,7 @@ from typing import Any
 from roles.rewards import REWARDS, reward_object
 from roles.rewards import worker as _worker
 from roles.rewards.combine import ComponentSpec, check_labels
-from roles.rewards.worker import RewardBuildError
+from roles.rewards.worker import RewardBuildError, ServerStopped
 from runtime.loop_clock import LOOP
 
 # Items queued in one worker: enough to hide the round trip and send several per message,
@@ -63,6 +64,8 @@ class _Worker:
         self.head_since = 0.0  # when the worker began the oldest item it holds
         self._poller = select.poll()  # a result ready? (cheaper than Connection.poll)
         self._poller.register(self.results.fileno(), select.POLLIN)
+        self._stop_lock = threading.Lock()
+        self._stopped = False
 
     def send(self, batch: list[tuple[int, bytes]]) -> None:
         if not self.held:
@@ -82,7 +85,12 @@ class _Worker:
         return index
 
     def stop(self) -> None:
-        _worker.stop(self.proc, self.requests, self.results)
+        # Once, even when close() (another thread) and an interrupted score() both get here:
+        # a second close of a pipe could close a descriptor that was meanwhile reused.
+        with self._stop_lock:
+            if not self._stopped:
+                self._stopped = True
+                _worker.stop(self.proc, self.requests, self.results)
 
 
 _OPEN: weakref.WeakSet = weakref.WeakSet()  # sandboxes not yet closed
@@ -127,6 +135,8 @@ class RewardSandbox:
     Counters: ``failures`` (failed components, and items whose worker died), ``timeouts``,
     ``restarts``. Raises RewardBuildError (the worker's message) when the rewards cannot
     be built. One caller at a time: ``score`` is not meant to be called from two threads.
+    ``close`` may come from another thread (the rank exiting while a thread scores): the
+    ``score`` in progress then raises RuntimeError and starts no worker.
     """
 
     def __init__(
@@ -157,8 +167,7 @@ class RewardSandbox:
 
     def score(self, items: Sequence[tuple[str, Any]]) -> list[SampleResult]:
         """Results for ``(response_text, example)`` pairs, in their order."""
-        if not self._closer.alive:
-            raise RuntimeError("the reward sandbox is closed")
+        self._check_open()
         payloads = [pickle.dumps(tuple(item), pickle.HIGHEST_PROTOCOL) for item in items]
         out: list[SampleResult | None] = [None] * len(items)
         pending = deque(range(len(items)))
@@ -176,14 +185,18 @@ class RewardSandbox:
                     continue
                 deadline = min(w.head_since for w in busy) + self.timeout_s
                 connection.wait([w.results for w in busy], timeout=max(0.0, deadline - time.monotonic()))
+                self._check_open()  # closed from another thread (the rank exiting): the workers are gone
                 for w in busy:
                     self._collect(self._workers.index(w), pending, out)
-        except BaseException:
+        except BaseException as exc:
             # Interrupted (KeyboardInterrupt, a failed restart): results still on their way
             # would be taken for the next call's items, so those workers go.
             for w in self._workers:
                 if w.held:
                     w.stop()
+            if not self._closer.alive and isinstance(exc, Exception) and not isinstance(exc, RuntimeError):
+                # close() emptied the worker list under this loop: say so, not which lookup failed.
+                raise RuntimeError("the reward sandbox is closed") from exc
             raise
         return out  # type: ignore[return-value]
 
@@ -233,8 +246,21 @@ class RewardSandbox:
 
     def _replace(self, i: int) -> None:
         self._workers[i].stop()
-        self._workers[i] = _Worker(self._server, self.specs, self.startup_timeout_s)
+        self._check_open()  # a worker killed by close() is not replaced
+        try:
+            fresh = _Worker(self._server, self.specs, self.startup_timeout_s)
+        except ServerStopped:
+            self._check_open()  # closed while starting it
+            raise
+        if not self._closer.alive:  # closed while it started: it must not outlive the sandbox
+            fresh.stop()
+            self._check_open()
+        self._workers[i] = fresh
         self.restarts += 1
+
+    def _check_open(self) -> None:
+        if not self._closer.alive:  # the finalizer leaves its registry before it stops anything
+            raise RuntimeError("the reward sandbox is closed")
 
     @staticmethod
     def _requeue(held: list[tuple[int, int]], pending: deque) -> None:

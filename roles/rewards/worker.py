@@ -44,9 +44,32 @@ class RewardBuildError(RuntimeError):
     """A worker could not build the rewards, or did not start; the message says why."""
 
 
+class ServerStopped(RuntimeError):
+    """A worker was asked of a fork server that ``stop_server`` has stopped."""
+
+
+class _SandboxServer(forkserver.ForkServer):
+    """A fork server that stays down once stopped.
+
+    multiprocessing's would start a fresh server on the next request: a scoring thread
+    still running while the rank exits would then start a worker that ignores SIGTERM,
+    and multiprocessing's exit hook would wait for that worker forever.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.stopped = False
+
+    def ensure_running(self):
+        with self._lock:
+            if self.stopped:
+                raise ServerStopped("the reward workers' fork server is stopped")
+        super().ensure_running()
+
+
 def new_server(preload: list[str]) -> forkserver.ForkServer:
     """A fork server (started on first use) that imports ``preload`` ahead."""
-    server = forkserver.ForkServer()
+    server = _SandboxServer()
     server.set_forkserver_preload(list(preload))  # without "__main__": see the docstring
     return server
 
@@ -54,10 +77,12 @@ def new_server(preload: list[str]) -> forkserver.ForkServer:
 def stop_server(server: forkserver.ForkServer, timeout_s: float = 5.0) -> None:
     """Close our end of the server's liveness pipe (it exits on that), and reap it.
 
-    Its workers die with it (see ``_die_with_rank``). A server that has not exited within
-    ``timeout_s`` (stopped, say) is killed: closing never waits without a bound.
+    Its workers die with it (see ``_die_with_rank``), and it starts no new ones. A server
+    that has not exited within ``timeout_s`` (stopped, say) is killed: closing never waits
+    without a bound.
     """
     with server._lock:
+        server.stopped = True
         pid, alive_fd = server._forkserver_pid, server._forkserver_alive_fd
         address = server._forkserver_address
         server._forkserver_pid = server._forkserver_alive_fd = server._forkserver_address = None
