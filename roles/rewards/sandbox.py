@@ -36,7 +36,7 @@ from typing import Any
 from roles.rewards import REWARDS, reward_object
 from roles.rewards import worker as _worker
 from roles.rewards.combine import ComponentSpec, check_labels
-from roles.rewards.worker import RewardBuildError, ServerStopped
+from roles.rewards.worker import RewardBuildError
 from runtime.loop_clock import LOOP
 
 # Items queued in one worker: enough to hide the round trip and send several per message,
@@ -91,6 +91,10 @@ class _Worker:
             if not self._stopped:
                 self._stopped = True
                 _worker.stop(self.proc, self.requests, self.results)
+
+
+class _SandboxClosed(RuntimeError):
+    """``score`` on a closed sandbox, or one closed under it by another thread."""
 
 
 _OPEN: weakref.WeakSet = weakref.WeakSet()  # sandboxes not yet closed
@@ -194,9 +198,10 @@ class RewardSandbox:
             for w in self._workers:
                 if w.held:
                     w.stop()
-            if not self._closer.alive and isinstance(exc, Exception) and not isinstance(exc, RuntimeError):
-                # close() emptied the worker list under this loop: say so, not which lookup failed.
-                raise RuntimeError("the reward sandbox is closed") from exc
+            if not self._closer.alive and isinstance(exc, Exception) and not isinstance(exc, _SandboxClosed):
+                # close() came from another thread (stopped the server, emptied the worker
+                # list under this loop): say so, not which step failed.
+                raise _SandboxClosed("the reward sandbox is closed") from exc
             raise
         return out  # type: ignore[return-value]
 
@@ -247,20 +252,16 @@ class RewardSandbox:
     def _replace(self, i: int) -> None:
         self._workers[i].stop()
         self._check_open()  # a worker killed by close() is not replaced
-        try:
-            fresh = _Worker(self._server, self.specs, self.startup_timeout_s)
-        except ServerStopped:
-            self._check_open()  # closed while starting it
-            raise
-        if not self._closer.alive:  # closed while it started: it must not outlive the sandbox
+        fresh = _Worker(self._server, self.specs, self.startup_timeout_s)  # ServerStopped: close() came
+        if not self._closer.alive:  # close() came while it started: it must not outlive the sandbox
             fresh.stop()
-            self._check_open()
+        self._check_open()
         self._workers[i] = fresh
         self.restarts += 1
 
     def _check_open(self) -> None:
         if not self._closer.alive:  # the finalizer leaves its registry before it stops anything
-            raise RuntimeError("the reward sandbox is closed")
+            raise _SandboxClosed("the reward sandbox is closed")
 
     @staticmethod
     def _requeue(held: list[tuple[int, int]], pending: deque) -> None:
