@@ -21,6 +21,7 @@ class PreparedData:
     train_prompts: dict[int, np.ndarray]  # example id -> prompt token ids
     eval_prompts: dict[int, np.ndarray]  # the examples an eval round sends, in order
     stats: dict = field(default_factory=dict)  # counts logged with every step and in the summary
+    tokenizer_class: str | None = None  # roles.tokenizer.class_ref_of: what the reward ranks load
 
     def describe(self, task_name: str) -> str:
         s = self.stats
@@ -34,10 +35,11 @@ class PreparedData:
 
 
 def load_tokenizer(cfg: RoleMap):
-    from transformers import AutoTokenizer
+    """The model's tokenizer, as AutoTokenizer loads it (roles/tokenizer.py), and its class_ref."""
+    from roles.tokenizer import load_tokenizer as load
 
     try:
-        return AutoTokenizer.from_pretrained(cfg.model.path)
+        return load(cfg.model.path)
     except Exception as e:  # noqa: BLE001 - whatever transformers raises, name the folder
         raise ConfigError(
             f"model.path: cannot load a tokenizer from {cfg.model.path!r}: {type(e).__name__}: {e}"
@@ -58,7 +60,9 @@ def prepare_data(cfg: RoleMap, tokenizer=None) -> PreparedData:
     from roles.tasks import TaskDataError, build_task
     from roles.tasks.prompts import encode_prompts
 
-    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(cfg)
+    tokenizer_class = None
+    if tokenizer is None:
+        tokenizer, tokenizer_class = load_tokenizer(cfg)
     limit = cfg.prompt_token_limit()
     try:
         task = build_task(cfg.task, seed=cfg.run.seed)
@@ -105,4 +109,4 @@ def prepare_data(cfg: RoleMap, tokenizer=None) -> PreparedData:
         check_memory(cfg, longest_prompt=stats["longest_prompt"])
     except ValueError as e:
         raise ConfigError(f"task: with prompts of up to {stats['longest_prompt']} tokens, {e}") from None
-    return PreparedData(train.ids, evals.ids, stats)
+    return PreparedData(train.ids, evals.ids, stats, tokenizer_class)

@@ -4,9 +4,12 @@ The order is fixed and the same on every rank (``setup_distributed`` does its co
 
 1. the role table (splits COMM_WORLD into one communicator per role),
 2. the mailbox (duplicates COMM_WORLD for its messages),
-3. torch.distributed over the same ranks, and the training ranks' group (collective),
-4. the policy, loaded and sharded on the training ranks (collective over their group),
-5. the weight transport between trainers and generators (collective over the job),
+3. torch.distributed over the ranks that hold a model (trainers, generators, colocated ranks)
+   and the training ranks' group; the controller and reward ranks neither join nor import
+   torch, which saves each of them seconds of CPU at start-up (docs/log.md),
+4. the policy, loaded and sharded on the training ranks (collective over their group), and
+   the generators' engines, loaded meanwhile,
+5. the weight transport between trainers and generators (collective over the model ranks),
 6. this rank's actor, from its own sections of the role map and the routes.
 
 Collectives come before any role-specific work, so no rank can wait in one on a rank that is
@@ -18,15 +21,16 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
 from mpi4py import MPI
 
 from launch.config import RoleMap
 from runtime import PREEMPTION, Mailbox, RoleTable, abort_on_error
+from runtime.backoff import wait_for_all
 from runtime.failure import report_and_abort
 from runtime.liveness import Heartbeat, LivenessMonitor, SelfWatch, beat_interval
 
@@ -39,28 +43,41 @@ class Distributed:
     mailbox: Mailbox
     train_group: object  # torch process group of the training ranks (None if just one)
     liveness_comm: MPI.Comm  # heartbeats to the controller (runtime.liveness), apart from the mailbox
+    model_comm: MPI.Comm | None = None  # the ranks that hold a model (the torch world); None elsewhere
+
+
+# The roles whose ranks hold a model: they alone import torch and join torch.distributed.
+MODEL_ROLES = ("trainer", "generator", "colocated")
 
 
 @dataclass
 class Preflight:
-    """What rank 0, the controller's rank, prepared before any rank did any work (launch/main.py)."""
+    """What rank 0, the controller's rank, prepared before any rank did any work (launch/main.py).
+    The controller holds all of it; the other ranks are sent the tokenizer's class alone."""
 
     data: object = None  # launch.data.PreparedData: the prompts
     backends: list = field(default_factory=list)  # the started dashboards (roles.observe.backends)
+    tokenizer_class: str | None = None  # roles.tokenizer.class_ref_of the controller's tokenizer
 
 
 def setup_distributed(comm: MPI.Comm, roles_by_rank: list[str], train_role: str) -> Distributed:
     """Steps 1-3 above. Collective over ``comm``: every rank calls it, in this order."""
-    from transports.torch_dist import init_torch_distributed, new_group
-
     table = RoleTable(comm, roles_by_rank)
     mailbox = Mailbox(table)
     liveness_comm = comm.Dup()
-    init_torch_distributed(comm)
-    train_ranks = table.ranks(train_role)
+    holds_model = table.role in MODEL_ROLES
+    # Ranks of model_comm follow those of comm (key), so torch rank i is the i-th model rank.
+    model_comm = comm.Split(0 if holds_model else MPI.UNDEFINED, key=comm.Get_rank())
+    if not holds_model:
+        return Distributed(table, mailbox, None, liveness_comm)
+    from transports.torch_dist import init_torch_distributed, new_group
+
+    init_torch_distributed(model_comm)
+    model_ranks = [r for r, role in enumerate(roles_by_rank) if role in MODEL_ROLES]
+    train_ranks = [model_ranks.index(r) for r in table.ranks(train_role)]
     # new_group is collective over the whole torch world, members or not.
     group = new_group(train_ranks) if len(train_ranks) > 1 else None
-    return Distributed(table, mailbox, group if table.role == train_role else None, liveness_comm)
+    return Distributed(table, mailbox, group if table.role == train_role else None, liveness_comm, model_comm)
 
 
 def _controller_rank(roles: list[str]) -> int:
@@ -70,7 +87,9 @@ def _controller_rank(roles: list[str]) -> int:
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
+    torch = sys.modules.get("torch")  # the model ranks imported it; the others have no torch to seed
+    if torch is not None:
+        torch.manual_seed(seed)
 
 
 def run_rank(
@@ -86,9 +105,13 @@ def run_rank(
     role = roles[world.Get_rank()]
     PREEMPTION.install()  # SIGTERM/SIGUSR1/SIGINT: checkpoint after the step in progress
     with abort_on_error(role):
-        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        if role in MODEL_ROLES:
+            import torch
+
+            torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
         phases = list(startup or [])
         t = time.time()
+        wait_for_all(world)  # asleep while the slower ranks finish importing (runtime/backoff.py)
         dist = setup_distributed(world, roles, cfg.routes().train_role)
         phases.append(("start.distributed", t, t := time.time()))
         heartbeat = None
@@ -125,12 +148,10 @@ def run_rank(
 
 def build_actor(cfg: RoleMap, dist: Distributed, preflight: Preflight | None = None, resume=None):
     """Steps 4-6 above."""
-    from roles.weights import build_weight_transport
-
     table = dist.role_table
     routes = cfg.routes()
     schedule = cfg.schedule(resumed_at=resume.steps_done if resume is not None else 0)
-    policy = None
+    policy = engine = None
     if table.role == routes.train_role:
         from roles.policy import load_policy
 
@@ -140,17 +161,24 @@ def build_actor(cfg: RoleMap, dist: Distributed, preflight: Preflight | None = N
             shard=table.role == "trainer" and dist.train_group is not None,
             reference=cfg.algorithm.kl_coef > 0,
         )
-    # The transport is collective over the job; only trainers and generators take part.
-    transport = build_weight_transport(
-        cfg.weights,
-        table.comm,
-        shards=policy.local_params() if table.role == "trainer" else None,
-        need=_generator_need(cfg) if table.role == "generator" else None,
-    )
+    elif table.role == "generator":
+        engine = _engine(cfg, dist)  # before the exchange below: it loads while the trainers load the policy
+    # The transport is collective over the model ranks; colocated ranks take part with neither.
+    transport = None
+    if dist.model_comm is not None:
+        from roles.weights import build_weight_transport
+
+        wait_for_all(dist.model_comm)  # whoever loaded first sleeps while the others load
+        transport = build_weight_transport(
+            cfg.weights,
+            dist.model_comm,
+            shards=policy.local_params() if table.role == "trainer" else None,
+            need=_generator_need(cfg) if table.role == "generator" else None,
+        )
     build = _BUILDERS.get(table.role)
     if build is None:
         raise ValueError(f"unknown role {table.role!r}")
-    return build(cfg, dist, routes, schedule, policy, transport, preflight, resume)
+    return build(cfg, dist, routes, schedule, policy, transport, engine, preflight, resume)
 
 
 def _generator_need(cfg: RoleMap):
@@ -162,11 +190,12 @@ def _generator_need(cfg: RoleMap):
     return Need(dtype=None if dtype in (None, cfg.model.dtype) else dtype)
 
 
-def _controller(cfg, dist, routes, schedule, policy, transport, preflight, resume):
+def _controller(cfg, dist, routes, schedule, policy, transport, engine, preflight, resume):
     from roles.controller import ControllerActor
     from roles.observe.progress import Progress
 
-    preflight = preflight or prepare_controller(cfg, resume)
+    if preflight is None or preflight.data is None:
+        preflight = prepare_controller(cfg, resume)
     progress = None
     if cfg.run.progress:
         progress = Progress(cfg.run.steps, schedule.resumed_at, every_s=cfg.logging.progress_every_s)
@@ -207,7 +236,7 @@ def prepare_controller(cfg: RoleMap, resume=None) -> Preflight:
     data = prepare_data(cfg)
     resumed_at = resume.steps_done if resume is not None else 0
     backends = open_backends(cfg.logging, Path(cfg.run.out), cfg.model_dump(mode="json"), resumed_at)
-    return Preflight(data=data, backends=backends)
+    return Preflight(data=data, backends=backends, tokenizer_class=data.tokenizer_class)
 
 
 def _engine(cfg, dist, module=None):
@@ -222,7 +251,7 @@ def _engine(cfg, dist, module=None):
     )
 
 
-def _generator(cfg, dist, routes, schedule, policy, transport, preflight, resume):
+def _generator(cfg, dist, routes, schedule, policy, transport, engine, preflight, resume):
     from roles.generator import GeneratorActor
 
     # After a resume the engine's weights are placeholders, one version short of the trainers'
@@ -233,18 +262,20 @@ def _generator(cfg, dist, routes, schedule, policy, transport, preflight, resume
         cfg.rollout,
         schedule=schedule,
         routes=routes,
-        engine=_engine(cfg, dist),
+        engine=engine,
         receiver=transport,
         version=version,
     )
 
 
-def _reward(cfg, dist, routes, schedule, policy, transport, preflight, resume):
-    from transformers import AutoTokenizer
-
+def _reward(cfg, dist, routes, schedule, policy, transport, engine, preflight, resume):
     from roles.reward import RewardActor
     from roles.rewards.sandbox import RewardSandbox
     from roles.tasks import build_task
+    from roles.tokenizer import load_tokenizer
+
+    # The controller's tokenizer class, loaded directly: the auto classes would import torch.
+    tokenizer, _ = load_tokenizer(cfg.model.path, preflight.tokenizer_class if preflight else None)
 
     # The same task as the controller's (same config, same seed): answers are found by id.
     task = build_task(cfg.task, seed=cfg.run.seed)
@@ -252,7 +283,7 @@ def _reward(cfg, dist, routes, schedule, policy, transport, preflight, resume):
     return RewardActor(
         dist.mailbox,
         routes,
-        AutoTokenizer.from_pretrained(cfg.model.path),
+        tokenizer,
         task,
         scorer,
         prompts_per_step=cfg.rollout.prompts_per_step,
@@ -275,7 +306,7 @@ def _training_args(cfg, dist, routes, schedule, policy, resume) -> dict:
     )
 
 
-def _trainer(cfg, dist, routes, schedule, policy, transport, preflight, resume):
+def _trainer(cfg, dist, routes, schedule, policy, transport, engine, preflight, resume):
     from roles.trainer import TrainerActor
 
     return TrainerActor(
@@ -283,7 +314,7 @@ def _trainer(cfg, dist, routes, schedule, policy, transport, preflight, resume):
     )
 
 
-def _colocated(cfg, dist, routes, schedule, policy, transport, preflight, resume):
+def _colocated(cfg, dist, routes, schedule, policy, transport, engine, preflight, resume):
     from roles.colocated import ColocatedActor, LocalEngineSync
 
     # The torch engine samples with the trained module itself, unless it samples in a dtype or

@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("config", help="role-map YAML file")
     args = parser.parse_args(argv)
     entered = time.time()
+    from runtime.backoff import wait_for_all
     from runtime.lifeline import tie_to_launcher
     from runtime.spans import process_started_at
 
@@ -78,7 +79,9 @@ def main(argv: list[str] | None = None) -> None:
 
         role = cfg.world.roles_by_rank()[world.Get_rank()]
         warm_imports(role, cfg.world.generator.engine)  # while rank 0 prepares the data
-    problem, resume = world.bcast((problem, resume), root=0)
+    tokenizer_class = preflight.tokenizer_class if preflight is not None else None
+    wait_for_all(world)  # asleep, not spinning, while rank 0 prepares the data and the others import
+    problem, resume, tokenizer_class = world.bcast((problem, resume, tokenizer_class), root=0)
     if problem is not None:
         code, message = problem
         if code == EXIT_CONFIG:
@@ -87,6 +90,10 @@ def main(argv: list[str] | None = None) -> None:
             print(f"mpirl: {message}", file=sys.stderr, flush=True)
         sys.exit(code)
 
+    if world.Get_rank() != 0:
+        from launch.job import Preflight
+
+        preflight = Preflight(tokenizer_class=tokenizer_class)
     prepared = time.time()
     from launch.job import run_rank  # torch, on the ranks that use it
     from runtime.preemption import EXIT_RESUMABLE, exit_code_of

@@ -1,7 +1,7 @@
 """Import ahead what a rank's role will need, while rank 0 prepares the data.
 
-Start-up is mostly imports: torch, transformers' auto classes (which scan every model family
-on disk) and the role's own modules take seconds of CPU per rank. Rank 0 prepares the data
+Start-up is mostly imports: torch, transformers' modelling code and the role's own modules
+take seconds of CPU per rank. Rank 0 prepares the data
 (launch/main.py) while the other ranks wait for its verdict; importing their modules in that
 wait makes the two overlap instead of adding up (``start.preflight`` in a run's trace).
 
@@ -17,9 +17,10 @@ import importlib
 _BY_ROLE = {
     "generator": ["launch.job", "roles.generator"],
     "trainer": ["launch.job", "transformers.models.auto.modeling_auto", "roles.policy", "roles.trainer"],
-    "reward": [
+    "reward": [  # no torch: the tokenizer's class comes from the controller (roles/tokenizer.py)
         "launch.job",
-        "transformers.models.auto.tokenization_auto",
+        "transformers.tokenization_utils_tokenizers",
+        "roles.tokenizer",
         "roles.reward",
         "roles.rewards.sandbox",
         "roles.tasks",

@@ -7,7 +7,7 @@ One checkpoint is a folder in the run's checkpoint directory (``checkpoint.dir``
       trainer/            torch.distributed.checkpoint shards of {"model", "optim"}: each training
                           rank writes its own (no gather); loadable onto another number of trainers
       controller.json     steps done, the data position as of what was *trained*, counters
-      rng/rank-00003.pt   every rank's random states (Python, numpy, torch)
+      rng/rank-00003.pkl  every rank's random states (Python, numpy, and torch where it has it)
       config.yaml         the role map the run was started with
       COMPLETE            written last
     latest                the name of the newest complete checkpoint (replaced atomically)
@@ -24,8 +24,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import random
 import shutil
+import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,42 +81,56 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def rng_state() -> dict:
-    import torch
-
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """This process's random states. torch's only where torch is imported: the controller and
+    reward ranks never import it (launch/job.py), and their files must not need it to load."""
+    state = {"python": random.getstate(), "numpy": np.random.get_state()}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        state["torch"] = torch.get_rng_state().numpy().tobytes()
+    return state
 
 
 def set_rng_state(state: dict) -> None:
-    import torch
-
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
+    torch = sys.modules.get("torch")
+    if torch is not None and state.get("torch") is not None:
+        saved = state["torch"]
+        if not isinstance(saved, torch.Tensor):  # bytes, as rng_state writes it
+            saved = torch.frombuffer(bytearray(saved), dtype=torch.uint8)
+        torch.set_rng_state(saved)
 
 
 def rng_file(path: str | Path, rank: int) -> Path:
-    return Path(path) / "rng" / f"rank-{rank:05d}.pt"
+    return Path(path) / "rng" / f"rank-{rank:05d}.pkl"
+
+
+def _torch_rng_file(path: str | Path, rank: int) -> Path:
+    return Path(path) / "rng" / f"rank-{rank:05d}.pt"  # torch.save files, as earlier versions wrote them
 
 
 def save_rng(path: str | Path, rank: int) -> None:
-    import torch
-
     out = rng_file(path, rank)
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out, "wb") as f:
-        torch.save(rng_state(), f)
+        pickle.dump(rng_state(), f, protocol=pickle.HIGHEST_PROTOCOL)
         f.flush()
         os.fsync(f.fileno())
 
 
 def load_rng(path: str | Path, rank: int) -> bool:
     """Restore this rank's random states from checkpoint ``path``; False if it holds none for ``rank``."""
+    f = rng_file(path, rank)
+    if f.is_file():
+        with open(f, "rb") as fh:
+            set_rng_state(pickle.load(fh))
+        return True
+    old = _torch_rng_file(path, rank)
+    if not old.is_file():
+        return False
     import torch
 
-    f = rng_file(path, rank)
-    if not f.is_file():
-        return False
-    set_rng_state(torch.load(f, weights_only=False))
+    set_rng_state(torch.load(old, weights_only=False))
     return True
 
 

@@ -87,7 +87,14 @@ class Spans:
         path = Path(out_dir) / "spans" / f"rank-{self.rank:04d}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "w") as f:
-            header = {"rank": self.rank, "role": self.role, "index": self.index, "peak_rss_bytes": peak_rss_bytes()}
+            header = {
+                "rank": self.rank,
+                "role": self.role,
+                "index": self.index,
+                "peak_rss_bytes": peak_rss_bytes(),
+                # Seconds of start-up on a small machine: only the ranks holding a model should (docs/log.md).
+                "torch_imported": "torch" in sys.modules,
+            }
             f.write(json.dumps(header) + "\n")
             for name, t0, t1 in self.records:
                 f.write(json.dumps({"name": name, "start": t0, "end": t1}) + "\n")

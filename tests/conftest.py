@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,10 @@ REPO = TESTS.parent
 for p in (str(REPO), str(TESTS)):
     if p not in sys.path:
         sys.path.insert(0, p)
+
+# The tokenizer-class cache (roles/tokenizer.py) of the tests' throwaway model folders stays
+# out of the user's home; the jobs the tests start inherit it.
+os.environ.setdefault("MPIRL_CACHE_DIR", tempfile.mkdtemp(prefix="mpirl-test-cache-"))
 
 
 @pytest.fixture

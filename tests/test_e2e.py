@@ -141,6 +141,8 @@ def test_sharded_trainers_feed_two_generators(tmp_path, sft_model, transport):
         assert [s["name"] for s in spans] == phases, r["role"]
         assert all(a["end"] <= b["start"] + 1e-6 and a["start"] <= a["end"] for a, b in zip(spans, spans[1:]))
         assert r["peak_rss_bytes"] > 50 << 20  # every rank holds at least Python, MPI and numpy
+        # Only the ranks that hold a model import torch (the others' start-up is then cheap).
+        assert r["torch_imported"] == (r["role"] in ("generator", "trainer")), r["role"]
         first_work = min(
             (s["start"] for s in r["spans"] if not s["name"].startswith(("start.", "stop."))), default=None
         )

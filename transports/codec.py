@@ -14,7 +14,9 @@ type, a schema version it does not speak, a missing, extra or wrongly-typed fiel
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
+import sys
 import threading
 import types
 import typing
@@ -23,10 +25,20 @@ from typing import Any, Union
 import msgpack
 import numpy as np
 
-try:  # torch is optional for this layer: the codec also serves plain numpy programs
-    import torch
-except ImportError:  # pragma: no cover - torch is a hard dependency of mpirl itself
-    torch = None
+
+# torch is never imported here: ranks that hold no tensors (controller, reward) do without it,
+# which saves them a second of CPU at start-up (docs/log.md). Only a process that imported
+# torch can hold a tensor to encode; decoding one imports it.
+def _torch_if_imported():
+    return sys.modules.get("torch")
+
+
+def _torch_for_decoding():
+    try:
+        return importlib.import_module("torch")
+    except ImportError:
+        raise CodecError("message holds a torch tensor but torch is not installed") from None
+
 
 SCHEMA_VERSION = 3  # 2: lists of small 1-d arrays travel as one ragged extension; 3: example ids, eval tags
 
@@ -87,6 +99,7 @@ def _as_numpy(obj) -> tuple[np.ndarray, bool, str] | None:
         # Not np.ascontiguousarray: it turns a 0-d array into shape (1,).
         arr = obj if obj.flags.c_contiguous else np.ascontiguousarray(obj)
         return arr, False, obj.dtype.str
+    torch = _torch_if_imported()
     if torch is not None and isinstance(obj, torch.Tensor):
         if obj.device.type != "cpu":
             raise CodecError(
@@ -301,8 +314,7 @@ def _array_from(header, raw, writable_copy: bool):
     if writable_copy:
         arr = arr.copy()
     if is_torch:
-        if torch is None:
-            raise CodecError("message holds a torch tensor but torch is not installed")
+        torch = _torch_for_decoding()
         t = torch.from_numpy(arr if arr.flags.writeable else arr.copy())
         return t.view(torch.bfloat16) if dtype_name == _BF16 else t
     return arr
@@ -505,9 +517,13 @@ def _schema(cls) -> tuple:
 _BUILDERS: dict[str, Any] = {}
 
 _NONE = type(None)
-_DECODED_TYPES = (int, float, str, bytes, bool, _NONE, list, dict, np.ndarray) + (
-    (torch.Tensor,) if torch is not None else ()
-)
+_DECODED_TYPES = (int, float, str, bytes, bool, _NONE, list, dict, np.ndarray)
+
+
+def _decoded_types() -> tuple:
+    # A field hinted as a tensor (or a base of one) comes from a module that imported torch.
+    torch = _torch_if_imported()
+    return _DECODED_TYPES + ((torch.Tensor,) if torch is not None else ())
 
 
 def _never(body) -> None:
@@ -598,7 +614,7 @@ def _exact_types(hint) -> frozenset | None:
     if hint is list or hint is dict:
         return frozenset([hint])
     if origin is None and isinstance(hint, type):
-        return frozenset(t for t in _DECODED_TYPES if issubclass(t, hint))
+        return frozenset(t for t in _decoded_types() if issubclass(t, hint))
     return None  # list[X], dict[K, V], TypeVars, ...: checked item by item, or not at all
 
 

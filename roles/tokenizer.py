@@ -1,0 +1,116 @@
+"""A model folder's tokenizer, as ``AutoTokenizer`` would load it, without importing the auto classes.
+
+``AutoTokenizer`` picks a tokenizer class from the folder's ``config.json`` and
+``tokenizer_config.json`` by rules of its own (hub names it knows to be wrong, model families,
+remote code), and then calls that class's ``from_pretrained``. Importing the auto classes costs
+about 3 s of CPU (they import torch, the generation and the distributed code of transformers);
+importing one tokenizer class by name about 1.2 s, without torch (docs/log.md). The controller
+and reward ranks need only the tokenizer, and at start-up four ranks share two cores, so:
+
+- the reward ranks are told the class the controller loaded (``class_ref``) and load it directly;
+- the controller asks ``AutoTokenizer`` once per folder and remembers the class it picked in a
+  small cache (``MPIRL_CACHE_DIR``, default ``$XDG_CACHE_HOME/mpirl`` or ``~/.cache/mpirl``),
+  keyed by everything the choice depends on: the path as given, the transformers version, the
+  two config files' bytes and the folder's file names. A later job on the same folder loads
+  the class directly. A cache that cannot be read or written is only a slower start.
+
+The class is then loaded as ``AutoTokenizer`` loads it (``from_pretrained(path, _from_auto=True)``),
+so both ways give the same tokenizer (``tests/test_tokenizer.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.metadata
+import json
+import os
+import tempfile
+from pathlib import Path
+
+CACHE_FILE = "tokenizer-classes.json"
+_MAX_ENTRIES = 256  # a cache of model folders, not a history: oldest entries go first
+
+
+def cache_dir() -> Path:
+    if os.environ.get("MPIRL_CACHE_DIR"):
+        return Path(os.environ["MPIRL_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "mpirl"
+
+
+def class_ref_of(tokenizer) -> str:
+    """``module:QualName`` of ``tokenizer``'s class: what another rank needs to load it directly."""
+    cls = type(tokenizer)
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def load_tokenizer(path: str, class_ref: str | None = None):
+    """The tokenizer of model folder ``path``; returns ``(tokenizer, its class_ref)``.
+
+    ``class_ref``: the class another rank loaded for this folder (then neither the auto classes
+    nor the cache are consulted). Errors are transformers' own.
+    """
+    if class_ref is None:
+        key = _choice_key(path)
+        class_ref = _cache_read().get(key) if key is not None else None
+        if class_ref is None:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            class_ref = class_ref_of(tokenizer)
+            if key is not None:
+                _cache_write(key, class_ref)
+            return tokenizer, class_ref
+    return _class_from_ref(class_ref).from_pretrained(path, _from_auto=True), class_ref
+
+
+def _class_from_ref(ref: str):
+    module, _, name = ref.partition(":")
+    obj = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _choice_key(path: str) -> str | None:
+    """What AutoTokenizer's choice of class depends on, hashed; None for anything but a local
+    folder (a hub name resolves through transformers' own cache, which this does not model)."""
+    folder = Path(path)
+    if not folder.is_dir():
+        return None
+    try:
+        version = importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    h = hashlib.sha256()
+    for part in (str(path), version, "\0".join(sorted(p.name for p in folder.iterdir()))):
+        h.update(part.encode() + b"\0\0")
+    for name in ("config.json", "tokenizer_config.json"):
+        f = folder / name
+        h.update(f.read_bytes() if f.is_file() else b"<none>")
+        h.update(b"\0\0")
+    return h.hexdigest()
+
+
+def _cache_read() -> dict:
+    try:
+        data = json.loads((cache_dir() / CACHE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) and all(isinstance(v, str) for v in data.values()) else {}
+
+
+def _cache_write(key: str, ref: str) -> None:
+    entries = _cache_read()
+    entries.pop(key, None)
+    entries[key] = ref  # newest last
+    entries = dict(list(entries.items())[-_MAX_ENTRIES:])
+    folder = cache_dir()
+    try:  # written whole and renamed: jobs starting together never read half a file
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=folder, prefix=".tokenizer-classes.", delete=False) as f:
+            json.dump(entries, f)
+        os.replace(f.name, folder / CACHE_FILE)
+    except OSError:
+        pass  # a read-only home: every job asks AutoTokenizer, a slower start and nothing else

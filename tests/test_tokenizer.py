@@ -1,0 +1,160 @@
+"""roles/tokenizer.py: a folder's tokenizer as AutoTokenizer loads it, without the auto classes
+once the class is known (from the cache, or from the controller)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import transformers
+from transformers import AutoTokenizer
+
+from roles import tokenizer as tk
+from roles.tasks.tiny_bpe import save_bpe_chat_tokenizer
+from roles.tasks.tiny_llama import save_char_tokenizer
+
+TEXTS = ["What is 12 plus 30?", "The answer is 42.", "hello world, again and again"] * 20
+
+
+def _bpe(path):
+    save_bpe_chat_tokenizer(path, TEXTS, vocab_size=320)
+    return path
+
+
+def _char(path):
+    save_char_tokenizer(path, "0123456789+= ")
+    return path
+
+
+def _qwen_config_llama_class(path):
+    """DeepSeek-R1-Distill-Qwen's case: a qwen2 model whose tokenizer_config names the Llama
+    tokenizer. AutoTokenizer knows the hub's class is wrong for qwen2 and does not take it."""
+    _bpe(path)
+    cfg = json.loads((path / "tokenizer_config.json").read_text())
+    cfg["tokenizer_class"] = "LlamaTokenizerFast"
+    (path / "tokenizer_config.json").write_text(json.dumps(cfg))
+    (path / "config.json").write_text(json.dumps({"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}))
+    return path
+
+
+def _gpt2_class(path):
+    _bpe(path)
+    cfg = json.loads((path / "tokenizer_config.json").read_text())
+    cfg["tokenizer_class"] = "GPT2Tokenizer"
+    (path / "tokenizer_config.json").write_text(json.dumps(cfg))
+    (path / "config.json").write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
+    return path
+
+
+FOLDERS = {"bpe": _bpe, "char": _char, "qwen2-with-llama-class": _qwen_config_llama_class, "gpt2": _gpt2_class}
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path, monkeypatch):
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("MPIRL_CACHE_DIR", str(folder))
+    return folder
+
+
+def _same(a, b, text="What is 12 plus 30? 42"):
+    assert type(a) is type(b)
+    assert a(text)["input_ids"] == b(text)["input_ids"]
+    ids = a(text)["input_ids"]
+    assert a.decode(ids, skip_special_tokens=True) == b.decode(ids, skip_special_tokens=True)
+    assert (a.eos_token_id, a.pad_token_id, a.bos_token_id) == (b.eos_token_id, b.pad_token_id, b.bos_token_id)
+    assert a.padding_side == b.padding_side and a.chat_template == b.chat_template
+    if a.chat_template:
+        chat = [{"role": "user", "content": text}]
+        assert a.apply_chat_template(chat, add_generation_prompt=True) == b.apply_chat_template(
+            chat, add_generation_prompt=True
+        )
+
+
+def _refuse_auto(monkeypatch):
+    def refuse(*a, **k):
+        raise AssertionError("AutoTokenizer was asked")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", refuse)
+
+
+@pytest.mark.parametrize("kind", sorted(FOLDERS))
+def test_the_class_auto_tokenizer_chose_is_remembered_and_loads_the_same_tokenizer(tmp_path, monkeypatch, kind):
+    path = FOLDERS[kind](tmp_path / kind)
+    want = AutoTokenizer.from_pretrained(str(path))
+    first, ref = tk.load_tokenizer(str(path))  # not cached yet: AutoTokenizer decides
+    assert type(first) is type(want)
+    assert ref == tk.class_ref_of(want)
+    _refuse_auto(monkeypatch)
+    again, ref_again = tk.load_tokenizer(str(path))  # from the cache
+    text = "12+30= 42" if kind == "char" else "What is 12 plus 30? 42"  # the char one knows digits only
+    _same(again, want, text)
+    told, _ = tk.load_tokenizer(str(path), ref)  # as a reward rank loads it
+    _same(told, want, text)
+    assert ref_again == ref
+
+
+def test_the_hub_class_is_not_taken_where_auto_tokenizer_overrides_it(tmp_path):
+    path = _qwen_config_llama_class(tmp_path / "q")
+    tok, ref = tk.load_tokenizer(str(path))
+    assert "llama" not in ref.lower()
+    assert type(tok) is type(AutoTokenizer.from_pretrained(str(path)))
+
+
+def test_a_changed_tokenizer_config_asks_auto_tokenizer_again(tmp_path, monkeypatch):
+    path = _bpe(tmp_path / "bpe")
+    tk.load_tokenizer(str(path))
+    cfg = json.loads((path / "tokenizer_config.json").read_text())
+    cfg["tokenizer_class"] = "GPT2Tokenizer"
+    (path / "tokenizer_config.json").write_text(json.dumps(cfg))
+    asked = []
+    real = transformers.AutoTokenizer.from_pretrained
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *a, **k: asked.append(a) or real(*a, **k))
+    tok, ref = tk.load_tokenizer(str(path))
+    assert asked and type(tok).__name__ == "GPT2Tokenizer"
+
+
+def test_a_corrupt_cache_or_one_that_cannot_be_written_only_costs_time(tmp_path, cache):
+    path = _bpe(tmp_path / "bpe")
+    cache.mkdir()
+    (cache / tk.CACHE_FILE).write_text("{not json")
+    tok, _ = tk.load_tokenizer(str(path))
+    assert type(tok) is type(AutoTokenizer.from_pretrained(str(path)))
+    assert json.loads((cache / tk.CACHE_FILE).read_text())  # rewritten whole
+    (cache / tk.CACHE_FILE).unlink()
+    cache.rmdir()
+    cache.write_text("a file where the folder should be")
+    tok, _ = tk.load_tokenizer(str(path))
+    assert type(tok) is type(AutoTokenizer.from_pretrained(str(path)))
+
+
+def test_the_cache_keeps_a_bounded_number_of_folders(tmp_path, cache, monkeypatch):
+    monkeypatch.setattr(tk, "_MAX_ENTRIES", 2)
+    for i in range(3):
+        tk.load_tokenizer(str(_char(tmp_path / f"c{i}")))
+    entries = json.loads((cache / tk.CACHE_FILE).read_text())
+    assert len(entries) == 2 and tk._choice_key(str(tmp_path / "c2")) in entries
+
+
+def test_a_missing_folder_is_transformers_error(tmp_path):
+    with pytest.raises(OSError):
+        tk.load_tokenizer(str(tmp_path / "nowhere"))
+
+
+def test_a_known_class_loads_without_torch_or_the_auto_classes(tmp_path, cache):
+    """What the controller (cached) and the reward ranks (told) import: no torch, no auto classes."""
+    path = _bpe(tmp_path / "bpe")
+    _, ref = tk.load_tokenizer(str(path))
+    script = f"""
+import sys
+from roles import tokenizer as tk
+cached, _ = tk.load_tokenizer({str(path)!r})
+told, _ = tk.load_tokenizer({str(path)!r}, {ref!r})
+heavy = [m for m in ("torch", "transformers.models.auto.tokenization_auto") if m in sys.modules]
+assert not heavy, heavy
+print(type(cached).__name__, type(told).__name__)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == [ref.split(":")[1]] * 2
