@@ -169,3 +169,22 @@ def test_role_table_addresses(comm):
         table.rank_of("trainer")
     with pytest.raises(IndexError):
         table.rank_of("worker", comm.size)
+
+
+@pytest.mark.mpi(min_size=2)
+@pytest.mark.timeout(60)
+def test_wait_for_all_sleeps_until_the_last_rank_arrives(comm):
+    """runtime.backoff.wait_for_all: the early ranks wait for the late one without a core each
+    (comm.Barrier() would spin: about 1 s of CPU for a 1 s wait)."""
+    from runtime.backoff import wait_for_all
+
+    late_s = 1.0
+    if comm.Get_rank() == comm.Get_size() - 1:
+        time.sleep(late_s)
+    wall, cpu = time.perf_counter(), time.process_time()
+    wait_for_all(comm)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    waited = comm.allgather(wall)
+    assert min(waited[:-1]) >= late_s * 0.9  # nobody left before the late rank came
+    if comm.Get_rank() < comm.Get_size() - 1:
+        assert cpu < 0.3 * wall, f"spent {cpu:.2f} s of CPU in a {wall:.2f} s wait"
