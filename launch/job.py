@@ -12,8 +12,10 @@ The order is fixed and the same on every rank (``setup_distributed`` does its co
 5. the weight transport between trainers and generators (collective over the model ranks),
 6. this rank's actor, from its own sections of the role map and the routes.
 
-Collectives come before any role-specific work, so no rank can wait in one on a rank that is
-still loading a model. Each actor receives only the sections it reads, plus ``Routes``
+Every rank reaches each collective, in this order, whatever its role; one that gets there
+early sleeps in ``wait_for_all`` rather than spinning in the collective (``runtime.backoff``:
+an idle rank polling at full speed takes a core from a rank that is still importing or
+loading a model). Each actor receives only the sections it reads, plus ``Routes``
 (who its reward ranks, trainers and generators are) and ``Schedule`` (the version rules).
 """
 

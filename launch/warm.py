@@ -1,9 +1,9 @@
 """Import ahead what a rank's role will need, while rank 0 prepares the data.
 
 Start-up is mostly imports: torch, transformers' modelling code and the role's own modules
-take seconds of CPU per rank. Rank 0 prepares the data
-(launch/main.py) while the other ranks wait for its verdict; importing their modules in that
-wait makes the two overlap instead of adding up (``start.preflight`` in a run's trace).
+take seconds of CPU per rank. Rank 0 prepares the data (launch/main.py) while the other ranks
+wait for its verdict; importing their modules in that wait makes the two overlap instead of
+adding up (``start.preflight`` in a run's trace).
 
 Only imports: nothing is built, no file of the run is read, and a failure here is left for
 the real build to raise, with the rank and role named as usual.

@@ -28,8 +28,10 @@ def init_torch_distributed(comm: MPI.Comm | None = None, backend: str | None = N
     "cpu:gloo,cuda:nccl" with it; or any torch backend string ("gloo", "nccl", ...). With NCCL
     each rank's current CUDA device is set to its node-local rank modulo the device count.
     ``timeout_s`` bounds every collective and point-to-point wait (a hang becomes an error).
-    The host rank 0 publishes is ``MPIRL_MASTER_ADDR`` if set, 127.0.0.1 when all ranks share
-    one node, else rank 0's fully qualified host name.
+    The host rank 0 of ``comm`` publishes is ``MPIRL_MASTER_ADDR`` if set (it must be an
+    address of rank 0's own node: anything else is refused, naming the node, rather than left
+    for the others to time out on), 127.0.0.1 when all ranks share one node, else rank 0's
+    fully qualified host name.
     """
     global _store
     comm = MPI.COMM_WORLD if comm is None else comm
@@ -49,22 +51,35 @@ def init_torch_distributed(comm: MPI.Comm | None = None, backend: str | None = N
     if "nccl" in backend:
         torch.cuda.set_device(local_rank % torch.cuda.device_count())
     timeout = timedelta(seconds=timeout_s)
-    err = None
+    addr, why = None, None
     if rank == 0:
         host = os.environ.get("MPIRL_MASTER_ADDR") or ("127.0.0.1" if one_node else socket.getfqdn())
         try:
+            if os.environ.get("MPIRL_MASTER_ADDR"):
+                _check_local_address(host)
             _store = dist.TCPStore(host, 0, size, is_master=True, timeout=timeout, wait_for_workers=False)
             addr = (host, _store.port)
         except Exception as e:  # tell the others instead of leaving them waiting
-            addr, err = None, e
-    else:
-        addr = None
-    addr = comm.bcast(addr, root=0)
+            why = f"rank {MPI.COMM_WORLD.Get_rank()} could not open the torch.distributed rendezvous store: {e}"
+    addr, why = comm.bcast((addr, why), root=0)
     if addr is None:
-        raise RuntimeError("rank 0 could not open the torch.distributed rendezvous store") from err
+        raise RuntimeError(why)
     if rank != 0:
         _store = dist.TCPStore(addr[0], addr[1], size, is_master=False, timeout=timeout)
     dist.init_process_group(backend, store=_store, rank=rank, world_size=size, timeout=timeout)
+
+
+def _check_local_address(host: str) -> None:
+    """``MPIRL_MASTER_ADDR`` names where the store listens: it must be an address of this node."""
+    try:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+            probe.bind((host, 0))
+    except OSError as e:
+        raise ValueError(
+            f"MPIRL_MASTER_ADDR={host} is not an address of {socket.gethostname()}, the node of rank "
+            f"{MPI.COMM_WORLD.Get_rank()}, which opens the rendezvous store (the first rank that "
+            f"holds a model); set it to an address of that node, or leave it unset ({e.strerror})"
+        ) from None
 
 
 def new_group(ranks, backend: str | None = None, timeout_s: float | None = None):
