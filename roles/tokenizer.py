@@ -51,18 +51,25 @@ def load_tokenizer(path: str, class_ref: str | None = None):
     ``class_ref``: the class another rank loaded for this folder (then neither the auto classes
     nor the cache are consulted). Errors are transformers' own.
     """
+    key = None
     if class_ref is None:
         key = _choice_key(path)
         class_ref = _cache_read().get(key) if key is not None else None
-        if class_ref is None:
-            from transformers import AutoTokenizer
+    if class_ref is not None and _loads_directly(class_ref):
+        return _class_from_ref(class_ref).from_pretrained(path, _from_auto=True), class_ref
+    from transformers import AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(path)
-            class_ref = class_ref_of(tokenizer)
-            if key is not None:
-                _cache_write(key, class_ref)
-            return tokenizer, class_ref
-    return _class_from_ref(class_ref).from_pretrained(path, _from_auto=True), class_ref
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    class_ref = class_ref_of(tokenizer)
+    if key is not None and _loads_directly(class_ref):
+        _cache_write(key, class_ref)
+    return tokenizer, class_ref
+
+
+def _loads_directly(ref: str) -> bool:
+    # transformers' own classes only: a class from a folder's own code (a dynamic module)
+    # exists only in the process that AutoTokenizer loaded it in.
+    return ref.startswith("transformers.") and ":" in ref
 
 
 def _class_from_ref(ref: str):

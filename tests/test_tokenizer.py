@@ -158,3 +158,13 @@ print(type(cached).__name__, type(told).__name__)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == [ref.split(":")[1]] * 2
+
+
+def test_a_class_that_is_not_transformers_own_goes_through_auto_tokenizer(tmp_path, cache):
+    """A folder's own tokenizer code exists only where AutoTokenizer loaded it: never cached,
+    never loaded by name on another rank."""
+    path = _bpe(tmp_path / "bpe")
+    want = AutoTokenizer.from_pretrained(str(path))
+    tok, ref = tk.load_tokenizer(str(path), "transformers_modules.custom.tokenization:MyTokenizer")
+    assert type(tok) is type(want) and ref == tk.class_ref_of(want)
+    assert not tk._loads_directly("transformers_modules.custom.tokenization:MyTokenizer")
