@@ -107,12 +107,12 @@ def run_rank(
     role = roles[world.Get_rank()]
     PREEMPTION.install()  # SIGTERM/SIGUSR1/SIGINT: checkpoint after the step in progress
     with abort_on_error(role):
-        if role in MODEL_ROLES:
-            import torch
-
-            torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
         phases = list(startup or [])
         t = time.time()
+        if role in MODEL_ROLES:
+            import torch  # already imported (launch/main.py)
+
+            torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
         wait_for_all(world)  # asleep while the slower ranks finish importing (runtime/backoff.py)
         dist = setup_distributed(world, roles, cfg.routes().train_role)
         phases.append(("start.distributed", t, t := time.time()))

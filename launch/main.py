@@ -95,8 +95,11 @@ def main(argv: list[str] | None = None) -> None:
 
         preflight = Preflight(tokenizer_class=tokenizer_class)
     prepared = time.time()
-    from launch.job import run_rank  # torch, on the ranks that use it
+    from launch.job import MODEL_ROLES, run_rank
     from runtime.preemption import EXIT_RESUMABLE, exit_code_of
+
+    if cfg.world.roles_by_rank()[world.Get_rank()] in MODEL_ROLES:
+        import torch.distributed  # noqa: F401 - here, so start.imports holds what warm imports did not
 
     # The start-up so far, as spans of this rank's timeline (runtime/spans.py):
     startup = [
