@@ -40,7 +40,7 @@ class Policy:
         """Write a Hugging Face folder. Collective over the trainers when sharded.
 
         Written by hand rather than with ``save_pretrained``, which under torch.distributed
-        writes only on torch rank 0 (here the controller, which holds no model).
+        writes only on torch rank 0 (here the first generator, or a colocated rank other than the leader).
         """
         from safetensors.torch import save_file
         from transformers import AutoTokenizer

@@ -11,8 +11,10 @@ and reward ranks need only the tokenizer, and at start-up four ranks share two c
 - the controller asks ``AutoTokenizer`` once per folder and remembers the class it picked in a
   small cache (``MPIRL_CACHE_DIR``, default ``$XDG_CACHE_HOME/mpirl`` or ``~/.cache/mpirl``),
   keyed by everything the choice depends on: the path as given, the transformers version, the
-  two config files' bytes and the folder's file names. A later job on the same folder loads
-  the class directly. A cache that cannot be read or written is only a slower start.
+  two config files' bytes, the names of the tokenizer's files and which optional packages
+  (mistral_common, sentencepiece) are installed. A later job on the same folder loads
+  the class directly. A cache that cannot be read or written is only a slower start, and a
+  remembered class that fails to load sends the choice back to AutoTokenizer.
 
 The class is then loaded as ``AutoTokenizer`` loads it (``from_pretrained(path, _from_auto=True)``),
 so both ways give the same tokenizer (``tests/test_tokenizer.py``).
@@ -20,15 +22,18 @@ so both ways give the same tokenizer (``tests/test_tokenizer.py``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.metadata
+import importlib.util
 import json
 import os
 import tempfile
 from pathlib import Path
 
 CACHE_FILE = "tokenizer-classes.json"
+_TOKENIZER_FILE_PREFIXES = ("tokenizer", "tekken", "special_tokens", "added_tokens", "vocab", "merges", "spiece")
 _MAX_ENTRIES = 256  # a cache of model folders, not a history: oldest entries go first
 
 
@@ -56,7 +61,12 @@ def load_tokenizer(path: str, class_ref: str | None = None):
         key = _choice_key(path)
         class_ref = _cache_read().get(key) if key is not None else None
     if class_ref is not None and _loads_directly(class_ref):
-        return _class_from_ref(class_ref).from_pretrained(path, _from_auto=True), class_ref
+        try:
+            return _class_from_ref(class_ref).from_pretrained(path, _from_auto=True), class_ref
+        except Exception:  # noqa: BLE001 - AutoTokenizer decides again, and raises what it raises
+            # A class this environment lacks (another node's packages, a cache from an install
+            # that kept its version string): the cached choice is replaced below.
+            pass
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(path)
@@ -64,6 +74,15 @@ def load_tokenizer(path: str, class_ref: str | None = None):
     if key is not None and _loads_directly(class_ref):
         _cache_write(key, class_ref)
     return tokenizer, class_ref
+
+
+def remember_tokenizer_class(path: str) -> None:
+    """Record the class AutoTokenizer picks for a folder mpirl has just written (the SFT warm
+    start), so that the first job on it starts as fast as later ones. For a process that has
+    imported the auto classes anyway."""
+    key = _choice_key(path)
+    if key is not None and key not in _cache_read():
+        load_tokenizer(path)
 
 
 def _loads_directly(ref: str) -> bool:
@@ -90,8 +109,13 @@ def _choice_key(path: str) -> str | None:
         version = importlib.metadata.version("transformers")
     except importlib.metadata.PackageNotFoundError:
         return None
+    # The files a tokenizer is made of, by name (the Mistral backend is chosen by tekken.json);
+    # others (a checkpoint, a stamp file written after the folder) leave the choice alone.
+    files = sorted(p.name for p in folder.iterdir() if p.name.startswith(_TOKENIZER_FILE_PREFIXES))
+    # Optional packages AutoTokenizer consults (the Mistral backend, sentencepiece models).
+    optional = [m for m in ("mistral_common", "sentencepiece") if importlib.util.find_spec(m) is not None]
     h = hashlib.sha256()
-    for part in (str(path), version, "\0".join(sorted(p.name for p in folder.iterdir()))):
+    for part in (str(path), version, "\0".join(files), "\0".join(optional)):
         h.update(part.encode() + b"\0\0")
     for name in ("config.json", "tokenizer_config.json"):
         f = folder / name
@@ -114,10 +138,16 @@ def _cache_write(key: str, ref: str) -> None:
     entries[key] = ref  # newest last
     entries = dict(list(entries.items())[-_MAX_ENTRIES:])
     folder = cache_dir()
+    tmp = None
     try:  # written whole and renamed: jobs starting together never read half a file
         folder.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=folder, prefix=".tokenizer-classes.", delete=False) as f:
+            tmp = f.name
             json.dump(entries, f)
-        os.replace(f.name, folder / CACHE_FILE)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would hide a shared cache from the other users
+        os.replace(tmp, folder / CACHE_FILE)
     except OSError:
-        pass  # a read-only home: every job asks AutoTokenizer, a slower start and nothing else
+        # A read-only home: every job asks AutoTokenizer, a slower start and nothing else.
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)

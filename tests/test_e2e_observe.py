@@ -56,6 +56,11 @@ def test_a_job_feeds_tensorboard_wandb_and_samples_the_same_numbers(tmp_path, sf
         for name, value in step_scalars(m).items():
             assert tb[name][m["step"]] == pytest.approx(value, rel=1e-6, abs=1e-9), name
 
+    # The dashboards are the controller's, and it still imports no torch (start-up).
+    from launch.trace import read_spans
+
+    assert [r["torch_imported"] for r in read_spans(out) if r["role"] in ("controller", "reward")] == [False, False]
+
     # W&B offline: a run folder with the same history, nothing uploaded.
     (run_file,) = (out / "wandb").glob("offline-run-*/run-*.wandb")
     rows = [r for r in wandb_history(run_file) if "reward/mean" in r]

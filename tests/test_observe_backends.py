@@ -65,6 +65,24 @@ def test_tensorboard_holds_the_same_numbers_as_metrics_jsonl(tmp_path):
     assert text.step == 1 and "2+2=" in text.tensor_proto.string_val[0].decode()
 
 
+def test_tensorboard_logging_does_not_import_torch(tmp_path):
+    """The controller writes TensorBoard's files and otherwise never imports torch (start-up)."""
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from pathlib import Path
+        from roles.config.observability import LoggingConfig
+        from roles.observe.backends import open_backends
+        (tb,) = open_backends(LoggingConfig(tensorboard=True), Path({str(tmp_path)!r}), {{}})
+        tb.log_step({{"step": 0}}); tb.log_samples(0, []); tb.close()
+        assert "torch" not in sys.modules, "torch was imported"
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+
+
 def test_tensorboard_after_a_resume_shows_each_step_once(tmp_path):
     log = RunLog(tmp_path, evaluation=False, backends=open_backends(LoggingConfig(tensorboard=True), tmp_path, {}))
     feed(log, range(6))  # the crashed run logged steps 0-5; its checkpoint holds 3 steps

@@ -168,3 +168,34 @@ def test_a_class_that_is_not_transformers_own_goes_through_auto_tokenizer(tmp_pa
     tok, ref = tk.load_tokenizer(str(path), "transformers_modules.custom.tokenization:MyTokenizer")
     assert type(tok) is type(want) and ref == tk.class_ref_of(want)
     assert not tk._loads_directly("transformers_modules.custom.tokenization:MyTokenizer")
+
+
+def test_a_remembered_class_that_fails_to_load_goes_back_to_auto_tokenizer(tmp_path, cache):
+    """Another node's environment, or an install that kept its version string: the cached
+    class does not load here, so AutoTokenizer decides again and the cache is corrected."""
+    path = _bpe(tmp_path / "bpe")
+    key = tk._choice_key(str(path))
+    tk._cache_write(key, "transformers.no_such_module:NoSuchTokenizer")
+    tok, ref = tk.load_tokenizer(str(path))
+    assert type(tok) is type(AutoTokenizer.from_pretrained(str(path)))
+    assert tk._cache_read()[key] == ref != "transformers.no_such_module:NoSuchTokenizer"
+    told, _ = tk.load_tokenizer(str(path), "transformers:NoSuchTokenizer")  # as a reward rank is told
+    assert type(told) is type(tok)
+
+
+def test_a_folder_remembered_after_writing_loads_without_auto_tokenizer_the_first_time(tmp_path, monkeypatch):
+    path = _bpe(tmp_path / "bpe")
+    tk.remember_tokenizer_class(str(path))
+    _refuse_auto(monkeypatch)
+    tok, ref = tk.load_tokenizer(str(path))
+    assert ref == "transformers.tokenization_utils_tokenizers:TokenizersBackend"
+    tk.remember_tokenizer_class(str(path))  # known already: nothing is loaded again
+
+
+def test_a_file_that_is_no_part_of_the_tokenizer_keeps_the_remembered_class(tmp_path):
+    path = _bpe(tmp_path / "bpe")
+    key = tk._choice_key(str(path))
+    (path / "mpirl-sft.json").write_text("{}")  # a stamp written after the folder
+    assert tk._choice_key(str(path)) == key
+    (path / "tekken.json").write_text("{}")  # what makes AutoTokenizer consider the Mistral backend
+    assert tk._choice_key(str(path)) != key

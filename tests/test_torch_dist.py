@@ -19,3 +19,9 @@ def test_an_address_of_this_node_passes_the_check():
     torch_dist._check_local_address("127.0.0.1")
     with pytest.raises(ValueError, match="MPIRL_MASTER_ADDR"):
         torch_dist._check_local_address("192.0.2.1")
+
+
+def test_a_host_name_of_this_node_passes_and_one_that_does_not_resolve_is_refused():
+    torch_dist._check_local_address("localhost")
+    with pytest.raises(ValueError, match="does not resolve"):
+        torch_dist._check_local_address("no-such-host.invalid")

@@ -34,6 +34,9 @@ def _torch_if_imported():
 
 
 def _torch_for_decoding():
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return torch
     try:
         return importlib.import_module("torch")
     except ImportError:

@@ -26,7 +26,9 @@ def init_torch_distributed(comm: MPI.Comm | None = None, backend: str | None = N
     Collective over ``comm``; a no-op when torch.distributed is already initialized (then the
     world must have ``comm``'s size). ``backend``: None = "gloo" without CUDA and
     "cpu:gloo,cuda:nccl" with it; or any torch backend string ("gloo", "nccl", ...). With NCCL
-    each rank's current CUDA device is set to its node-local rank modulo the device count.
+    each rank's current CUDA device is set to its rank among ``comm``'s ranks on its node,
+    modulo the device count (in a job, ``comm`` holds the ranks with a model: the controller
+    and reward ranks take no GPU).
     ``timeout_s`` bounds every collective and point-to-point wait (a hang becomes an error).
     The host rank 0 of ``comm`` publishes is ``MPIRL_MASTER_ADDR`` if set (it must be an
     address of rank 0's own node: anything else is refused, naming the node, rather than left
@@ -71,15 +73,23 @@ def init_torch_distributed(comm: MPI.Comm | None = None, backend: str | None = N
 
 def _check_local_address(host: str) -> None:
     """``MPIRL_MASTER_ADDR`` names where the store listens: it must be an address of this node."""
+    why = "it does not resolve"
     try:
-        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-            probe.bind((host, 0))
-    except OSError as e:
-        raise ValueError(
-            f"MPIRL_MASTER_ADDR={host} is not an address of {socket.gethostname()}, the node of rank "
-            f"{MPI.COMM_WORLD.Get_rank()}, which opens the rendezvous store (the first rank that "
-            f"holds a model); set it to an address of that node, or leave it unset ({e.strerror})"
-        ) from None
+        addresses = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)
+    except OSError:
+        addresses = []
+    for family, kind, proto, _, sockaddr in addresses:  # a name may resolve to IPv4 and IPv6 ones
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.bind(sockaddr)
+            return
+        except OSError as e:
+            why = e.strerror
+    raise ValueError(
+        f"MPIRL_MASTER_ADDR={host} is not an address of {socket.gethostname()}, the node of rank "
+        f"{MPI.COMM_WORLD.Get_rank()}, which opens the rendezvous store (the first rank that "
+        f"holds a model); set it to an address of that node, or leave it unset ({why})"
+    )
 
 
 def new_group(ranks, backend: str | None = None, timeout_s: float | None = None):

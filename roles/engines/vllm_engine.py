@@ -289,7 +289,7 @@ def _private_torch_world():
 
     vLLM's worker makes torch.distributed's *default* group its world: it creates one (world
     size 1) when there is none, and adopts an existing one otherwise. In an mpirl job the
-    default group already spans every MPI rank (the weight transport's), so vLLM would run
+    default group already spans every rank that holds a model (the weight transport's), so vLLM would run
     collectives over ranks that never join them: the generator hangs. And were the engine
     built first, its 1-rank default group would stand where the transport's must go.
     So: hide the current default group (if any) while vLLM starts, then put it back. vLLM

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import json
+import time
 import uuid
 from pathlib import Path
 
@@ -90,28 +91,47 @@ def samples_markdown(rows: list[dict]) -> str:
 
 
 class TensorBoardBackend:
-    """Event files through ``torch.utils.tensorboard.SummaryWriter``."""
+    """Event files through tensorboard's own writer. torch's ``SummaryWriter`` wraps the same
+    writer, but importing it imports torch, which the controller otherwise never does (its
+    start-up would pay seconds of CPU for it: docs/log.md)."""
 
     def __init__(self, log_dir: Path, run_config: dict, resumed_at: int):
-        from torch.utils.tensorboard import SummaryWriter
+        from tensorboard.compat.proto.event_pb2 import Event, SessionLog
+        from tensorboard.compat.proto.summary_pb2 import Summary
+        from tensorboard.plugins.text.summary_v2 import text_pb
+        from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
-        # purge_step hides the events a killed run wrote past its checkpoint.
-        self.writer = SummaryWriter(str(log_dir), purge_step=resumed_at if resumed_at else None)
-        if not resumed_at:
-            self.writer.add_text("config", "```\n" + json.dumps(run_config, indent=2) + "\n```", 0)
+        self._event, self._summary, self._text_pb = Event, Summary, text_pb
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.writer = EventFileWriter(str(log_dir))
+        if resumed_at:
+            # A session restarted at this step hides the events a killed run wrote past its
+            # checkpoint (what SummaryWriter's purge_step writes).
+            self.writer.add_event(
+                Event(step=resumed_at, wall_time=time.time(), session_log=SessionLog(status=SessionLog.START))
+            )
+        else:
+            self._add_text("config", "```\n" + json.dumps(run_config, indent=2) + "\n```", 0)
+
+    def _add(self, summary, step: int) -> None:
+        self.writer.add_event(self._event(wall_time=time.time(), step=int(step), summary=summary))
+
+    def _add_scalars(self, scalars: dict, step: int) -> None:
+        values = [self._summary.Value(tag=name, simple_value=float(v)) for name, v in scalars.items()]
+        self._add(self._summary(value=values), step)
+        self.writer.flush()
+
+    def _add_text(self, tag: str, text: str, step: int) -> None:
+        self._add(self._text_pb(tag + "/text_summary", text), step)  # the tag SummaryWriter.add_text gives
 
     def log_step(self, record: dict) -> None:
-        for name, value in step_scalars(record).items():
-            self.writer.add_scalar(name, value, record["step"])
-        self.writer.flush()
+        self._add_scalars(step_scalars(record), record["step"])
 
     def log_eval(self, record: dict) -> None:
-        for name, value in eval_scalars(record).items():
-            self.writer.add_scalar(name, value, record["policy_version"])
-        self.writer.flush()
+        self._add_scalars(eval_scalars(record), record["policy_version"])
 
     def log_samples(self, step: int, rows: list[dict]) -> None:
-        self.writer.add_text("samples", samples_markdown(rows), step)
+        self._add_text("samples", samples_markdown(rows), step)
 
     def close(self) -> None:
         self.writer.close()
