@@ -28,24 +28,24 @@ def _char(path):
     return path
 
 
+def _bpe_as(path, tokenizer_class: str, model_type: str, architecture: str):
+    """The BPE folder, its tokenizer_config naming ``tokenizer_class``, beside a model config."""
+    _bpe(path)
+    cfg = json.loads((path / "tokenizer_config.json").read_text())
+    cfg["tokenizer_class"] = tokenizer_class
+    (path / "tokenizer_config.json").write_text(json.dumps(cfg))
+    (path / "config.json").write_text(json.dumps({"model_type": model_type, "architectures": [architecture]}))
+    return path
+
+
 def _qwen_config_llama_class(path):
     """DeepSeek-R1-Distill-Qwen's case: a qwen2 model whose tokenizer_config names the Llama
     tokenizer. AutoTokenizer knows the hub's class is wrong for qwen2 and does not take it."""
-    _bpe(path)
-    cfg = json.loads((path / "tokenizer_config.json").read_text())
-    cfg["tokenizer_class"] = "LlamaTokenizerFast"
-    (path / "tokenizer_config.json").write_text(json.dumps(cfg))
-    (path / "config.json").write_text(json.dumps({"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}))
-    return path
+    return _bpe_as(path, "LlamaTokenizerFast", "qwen2", "Qwen2ForCausalLM")
 
 
 def _gpt2_class(path):
-    _bpe(path)
-    cfg = json.loads((path / "tokenizer_config.json").read_text())
-    cfg["tokenizer_class"] = "GPT2Tokenizer"
-    (path / "tokenizer_config.json").write_text(json.dumps(cfg))
-    (path / "config.json").write_text(json.dumps({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}))
-    return path
+    return _bpe_as(path, "GPT2Tokenizer", "gpt2", "GPT2LMHeadModel")
 
 
 FOLDERS = {"bpe": _bpe, "char": _char, "qwen2-with-llama-class": _qwen_config_llama_class, "gpt2": _gpt2_class}
