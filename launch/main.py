@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     # The checkpoint to resume from is found (and checked against the role map) the same way,
     # and the dashboards started: one that cannot start is a config error before any work.
     preflight, resume, problem = None, None, None
+    role = cfg.world.roles_by_rank()[world.Get_rank()]
     hosts = world.gather(MPI.Get_processor_name(), root=0)
     if world.Get_rank() == 0:
         from launch.job import prepare_controller
@@ -77,7 +78,6 @@ def main(argv: list[str] | None = None) -> None:
     else:
         from launch.warm import warm_imports
 
-        role = cfg.world.roles_by_rank()[world.Get_rank()]
         warm_imports(role, cfg.world.generator.engine)  # while rank 0 prepares the data
     tokenizer_class = preflight.tokenizer_class if preflight is not None else None
     wait_for_all(world)  # asleep, not spinning, while rank 0 prepares the data and the others import
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     from launch.job import MODEL_ROLES, run_rank
     from runtime.preemption import EXIT_RESUMABLE, exit_code_of
 
-    if cfg.world.roles_by_rank()[world.Get_rank()] in MODEL_ROLES:
+    if role in MODEL_ROLES:
         import torch.distributed  # noqa: F401 - here, so start.imports holds what warm imports did not
 
     # The start-up so far, as spans of this rank's timeline (runtime/spans.py):

@@ -2,9 +2,9 @@
 
 ``AutoTokenizer`` picks a tokenizer class from the folder's ``config.json`` and
 ``tokenizer_config.json`` by rules of its own (hub names it knows to be wrong, model families,
-remote code), and then calls that class's ``from_pretrained``. Importing the auto classes costs
-about 3 s of CPU (they import torch, the generation and the distributed code of transformers);
-importing one tokenizer class by name about 1.2 s, without torch (docs/log.md). The controller
+remote code), and then calls that class's ``from_pretrained``. Loading a tokenizer through the
+auto classes cost 5.5 s of CPU (they import torch, torchao, the generation and the distributed
+code of transformers); through one class imported by name 1.3 s, without torch (docs/log.md). The controller
 and reward ranks need only the tokenizer, and at start-up four ranks share two cores, so:
 
 - the reward ranks are told the class the controller loaded (``class_ref``) and load it directly;
