@@ -77,6 +77,7 @@ def layout(args, generators: int, mode: str, model_dir: Path, out: Path) -> dict
             "max_new_tokens": args.length * 8,
         },
         "algorithm": {"sim": {"per_token_s": args.train_token_s, "per_step_s": 0.0}},
+        **({} if args.weight_transport is None else {"weights": {"transport": args.weight_transport}}),
         "run": {
             "steps": args.steps,
             "max_staleness": 0 if mode == "sync" else 1,
@@ -193,6 +194,7 @@ def main() -> None:
     ap.add_argument("--gen-token-s", type=float, default=0.0005, help="a decode step's fixed cost")
     ap.add_argument("--gen-row-token-s", type=float, default=0.0001, help="a decode step's cost per row")
     ap.add_argument("--train-token-s", type=float, default=0.00005, help="the sim trainer's cost per token")
+    ap.add_argument("--weight-transport", choices=["torch", "mpi"], help="weights.transport (default: the role map's)")
     ap.add_argument("--demo-steps", type=int, default=3, help="steps of the demo job's start-up line (0: none)")
     ap.add_argument("--out", default="runs/bench_scale")
     args = ap.parse_args()

@@ -123,7 +123,12 @@ class Bench:
         # Trainer t holds rows chunk_range(rows, 2, t) of every parameter (FSDP2's split).
         meta = {t: [ShardMeta(n, s, self.args.dtype, *chunk_range(s[0], 2, t)) for n, s in shapes] for t in TRAINERS}
         bucket = self.args.bucket_mib << 20
-        pack_below = {} if self.args.pack_below_kib is None else {"pack_below": self.args.pack_below_kib << 10}
+        # As the transport does: its CPU default per generator, or exactly what was asked for.
+        pack_below = (
+            {"pack_below_per_peer": True}
+            if self.args.pack_below_kib is None
+            else {"pack_below": self.args.pack_below_kib << 10}
+        )
         plan = build_plan(meta, {g: Need() for g in GENERATORS}, bucket_bytes=bucket, **pack_below)
         # Small syncs are cheap and noisy: give them more rounds (25M float32: 15).
         reps = self.args.reps or max(5, min(25, round(1.5e9 / model_bytes)))

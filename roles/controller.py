@@ -1,12 +1,14 @@
 """Controller rank: owns the prompt stream and the loop; never touches a rollout.
 
-It hands each step's prompts to the generators once the policy they must be sampled with
-exists: prompts for step s go out when ``trainer_version >= s - max_staleness``, each batch
-tagged with that minimum version (the generator waits for those weights if it lacks them).
-So with ``max_staleness = 0`` a step's data is sampled by the very policy it trains
-(synchronous on-policy), with 1 the generators sample step s+1 while the trainer trains
-step s (LlamaRL's one-step off-policy). It logs one JSON line per step from the
-notices it receives and stops everyone after ``run.steps`` steps.
+It hands each step's prompts to the generators one version before the policy they must be
+sampled with exists: prompts for step s go out when ``trainer_version + 1 >= s -
+max_staleness``, each batch tagged with its minimum version ``s - max_staleness``, which the
+generator waits for (the trainer announces each version to the generators directly, so the
+batch is there when the weights land; colocated ranks, which generate what they get at once,
+get a step's prompts only once its policy exists). So with ``max_staleness = 0`` a step's
+data is sampled by the very policy it trains (synchronous on-policy), with 1 the generators
+sample step s+1 while the trainer trains step s (LlamaRL's one-step off-policy). It logs one
+JSON line per step from the notices it receives and stops everyone after ``run.steps`` steps.
 
 With ``eval`` set it also sends evaluation rounds (``roles.evaluation``) through the same
 generators, tagged so that reward ranks return them here instead of to a trainer; training
@@ -205,7 +207,8 @@ class ControllerActor(ForwardsStopSignals, Actor):
 
     def _fill(self) -> None:
         """Send every step whose required policy version already exists (the staleness gate)."""
-        while self.schedule.can_send(self.next_step_to_send, self.trainer_version):
+        ahead = 0 if self.routes.colocated else 1  # see Schedule.can_send
+        while self.schedule.can_send(self.next_step_to_send, self.trainer_version, ahead):
             if self.checkpoints is not None:
                 self._positions[self.next_step_to_send] = self._position()
             self._send_step(self.next_step_to_send)

@@ -306,9 +306,16 @@ class Schedule:
         """Whether the state after ``steps_done`` trainer steps is checkpointed."""
         return self.checkpoint_every > 0 and steps_done % self.checkpoint_every == 0 and steps_done > self.resumed_at
 
-    def can_send(self, step: int, trainer_version: int) -> bool:
-        """Whether step ``step``'s prompts may go out while the trainers hold ``trainer_version``."""
-        return step < self.steps and trainer_version >= step - self.max_staleness
+    def can_send(self, step: int, trainer_version: int, ahead: int = 0) -> bool:
+        """Whether step ``step``'s prompts may go out while the trainers hold ``trainer_version``.
+
+        ``ahead``: how many versions before its policy exists a step may go out. Generators
+        wait for a batch's ``min_version`` themselves (the trainer announces each version to
+        them directly), so a batch sent one version early is sampled by the same policy while
+        the trainer's notice to the controller and the controller's batch leave the step's
+        critical path (bench/scale.py, sync mode). Colocated ranks generate whatever they are
+        sent at once: 0 for them."""
+        return step < self.steps and trainer_version + ahead >= step - self.max_staleness
 
     @property
     def last_pushed_version(self) -> int:

@@ -25,6 +25,7 @@ from roles.protocol import (
     EvalScored,
     FinalVersion,
     PromptBatch,
+    Routes,
     Scored,
     StepDone,
 )
@@ -335,3 +336,40 @@ def test_a_step_is_logged_once_every_notice_about_it_is_in(tmp_path, base_config
     assert [r["step"] for r in ctl.history] == [0, 1] and ctl.history[1]["correct_mean"] == 3.0 / 8
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == [0, 1]
+
+
+@pytest.mark.parametrize("colocated", [False, True], ids=["disaggregated", "colocated"])
+@pytest.mark.parametrize("max_staleness", [0, 1])
+def test_prompts_go_out_one_version_early_but_not_to_colocated_ranks(tmp_path, base_config, colocated, max_staleness):
+    """A generator waits for a batch's min_version itself, so the controller sends a step's
+    prompts one version before its policy exists, tagged with that policy's version; colocated
+    ranks generate what they get at once, so they get a step only once its policy exists."""
+    raw = copy.deepcopy(base_config)
+    raw["run"].update({"steps": 6, "out": str(tmp_path / "run"), "max_staleness": max_staleness})
+    cfg = config.parse(raw)
+    routes = cfg.routes()
+    if colocated:
+        routes = Routes("colocated", "colocated", routes.generators, routes.rewards, routes.trainers)
+    mb = _Mailbox()
+    ctl = ControllerActor(
+        mb,
+        cfg.run,
+        rollout=cfg.rollout,
+        evaluation=cfg.eval,
+        routes=routes,
+        schedule=cfg.schedule(),
+        prompts={i: np.array([1, 2, i], dtype=np.int32) for i in range(8)},
+        eval_prompts={},
+    )
+    ahead = 0 if colocated else 1
+
+    def steps_sent():
+        return sorted({b.step for b in mb.batches()})
+
+    # Version 0 exists: steps 0 .. max_staleness (+ 1 ahead) are out.
+    assert steps_sent() == list(range(max_staleness + ahead + 1))
+    for version in (1, 2, 3):
+        _train_step(ctl, version - 1, version)
+        assert steps_sent() == list(range(version + max_staleness + ahead + 1))
+    # Whatever went out early carries the version it must be sampled with.
+    assert all(b.min_version == max(0, b.step - max_staleness) for b in mb.batches())

@@ -71,7 +71,14 @@ def cut(params, n_trainers):
     ]
 
 
-def sync(shards_per_trainer, needs, bucket_bytes, pack_below=1 << 20, mutate_after_push=False, threaded=False):
+def sync(
+    shards_per_trainer,
+    needs,
+    bucket_bytes,
+    pack_below=1 << 20,
+    mutate_after_push=False,
+    threaded=False,
+):
     """Trainers are ranks 0..T-1, generators T..; returns {gen rank: {name: tensor}} and the plan.
 
     ``threaded``: the senders post from their thread (as over gloo on CPU)."""
@@ -324,3 +331,44 @@ def test_a_small_push_is_posted_inline_even_where_posting_blocks():
     sender = WeightSender(plan, BlockingPosts(0, wire, release))
     sender.push(sh[0], 1)
     assert len(wire) == len(plan.sends(0)) and sender._poster is None  # posted before push returned
+
+
+def test_default_packing_grows_with_the_generators_a_piece_goes_to():
+    """pack_below_per_peer: a piece is packed below pack_below x the generators it goes to."""
+    params = make_params([(3, 25), (6, 25)], torch.float32)  # 300 and 600 bytes
+    metas = {0: [ShardMeta.of(s) for s in cut(params, 1)[0]]}
+
+    def packed(n_gens, per_peer, bucket_bytes=4096):
+        plan = build_plan(
+            metas,
+            {g: Need() for g in range(1, n_gens + 1)},
+            bucket_bytes=bucket_bytes,
+            pack_below=200,
+            pack_below_per_peer=per_peer,
+        )
+        return sorted(pc.name for bk in plan.buckets if len(bk.pieces) > 1 for pc in bk.pieces)
+
+    assert packed(4, per_peer=False) == []  # both pieces are over 200 bytes
+    assert packed(2, per_peer=True) == []  # 400: still both over
+    assert packed(4, per_peer=True) == ["p0.weight", "p1.weight"]  # 800
+    assert packed(4, per_peer=True, bucket_bytes=512) == []  # never past a bucket
+
+
+def test_the_transport_default_packs_per_peer_and_a_given_pack_below_is_kept():
+    """gather_plan (over a stand-in for the allgather): with pack_below None two 100 KiB pieces
+    bound for 2 generators share a bucket (the CPU default, 64 KiB, per generator); the same
+    64 KiB given explicitly is taken as it is: each travels alone."""
+    from transports import weights
+
+    class TwoGenerators:
+        def allgather(self, mine):  # this trainer's entry, then two generators'
+            return [mine, (1, None, Need(), mine[3], None), (2, None, Need(), mine[3], None)]
+
+        def Get_rank(self):
+            return 0
+
+    shards = cut(make_params([(25, 1024), (25, 1024)], torch.float32), 1)[0]
+    for given, pieces_per_bucket in ((None, [2]), (64 << 10, [1, 1])):
+        plan = weights.gather_plan(TwoGenerators(), 0, shards=shards, pack_below=given)
+        assert [len(bk.pieces) for bk in plan.buckets] == pieces_per_bucket
+        assert plan.pack_below == 64 << 10

@@ -73,8 +73,9 @@ def gather_plan(
 
     ``rank`` is this rank's id in the channel's rank space. Trainers pass ``shards`` (only names,
     shapes, dtypes and rows travel), generators ``need``; the lowest trainer's ``bucket_bytes``
-    and ``pack_below`` win (None: the default for the device of its shards). Returns None when
-    there are no trainers or no generators.
+    and ``pack_below`` win (None: the default for the device of its shards, per peer: see
+    ``build_plan``'s ``pack_below_per_peer``). Returns None when there are no trainers or no
+    generators.
     """
     return _exchange(comm, rank, shards, need, bucket_bytes, pack_below, None)
 
@@ -88,8 +89,8 @@ def _exchange(comm, rank, shards, need, bucket_bytes, pack_below, err):
             if shards is not None:
                 shards = [LocalShard(*s) for s in shards]
                 metas = [ShardMeta.of(s) for s in shards]
-                if pack_below is None and shards:
-                    pack_below = default_pack_below(shards[0].tensor.device)
+                if pack_below is None and shards:  # the device's default, per peer (see build_plan)
+                    pack_below = (default_pack_below(shards[0].tensor.device),)
         except (TypeError, ValueError) as e:
             err = str(e)
     everyone = comm.allgather(
@@ -103,7 +104,12 @@ def _exchange(comm, rank, shards, need, bucket_bytes, pack_below, err):
     if not trainers or not needs:
         return None
     bb, pb = next(cfg for r, m, _, cfg, _ in sorted(everyone, key=lambda e: e[0]) if m is not None)
-    return build_plan(trainers, needs, bucket_bytes=bb, pack_below=default_pack_below("cpu") if pb is None else pb)
+    per_peer = pb is None or isinstance(pb, tuple)  # a default: it grows with the fan-out
+    if pb is None:
+        pb = default_pack_below("cpu")
+    elif isinstance(pb, tuple):
+        (pb,) = pb
+    return build_plan(trainers, needs, bucket_bytes=bb, pack_below=pb, pack_below_per_peer=per_peer)
 
 
 def make_weight_transport(
