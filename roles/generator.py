@@ -30,6 +30,7 @@ from roles.protocol import (
     WeightsPushed,
 )
 from runtime import Actor, Backoff, Envelope, handles
+from runtime.loop_clock import LOOP
 
 
 def generate_batch(engine, batch: PromptBatch, rollout: RolloutConfig, spans) -> tuple[list, float]:
@@ -201,6 +202,10 @@ class GeneratorActor(ForwardsStopSignals, SavesRandomStates, Actor):
             t0 = time.perf_counter()
             if not self.announced:
                 # The trainer announces before it pushes; keep handling messages until it does.
+                # Waiting for the trainers is this rank's idle loop (prompts come one version
+                # early, so in sync mode it lasts a training step): it ticks as the actor loop's
+                # idle turns do, or a training step over run.stall_timeout_s would read as a stall.
+                LOOP.tick()
                 if self.handle_pending() == 0:
                     backoff.sleep()
                 if not self.running:

@@ -133,3 +133,24 @@ def test_tail_wait_share_is_the_rows_idle_share_of_the_batch():
     assert tail_wait_share([1, 3]) == pytest.approx((2 + 0) / (2 * 3))
     assert tail_wait_share([10] + [1] * 9) == pytest.approx(9 * 9 / (10 * 10))
     assert tail_wait_share([]) == 0.0 and tail_wait_share([0, 0]) == 0.0
+
+
+def test_waiting_for_the_trainers_announcement_ticks_the_loop_clock(base_config, monkeypatch):
+    """Prompts come one version early, so a generator waits a whole training step inside
+    _sync_weights: that wait must tick like the actor loop's idle turns, or a training step
+    over run.stall_timeout_s would read as a stalled generator."""
+    from runtime.loop_clock import LOOP
+
+    gen, _, _ = _generator(base_config, steps=3)
+    ticks = []
+
+    def nothing_yet():
+        ticks.append(LOOP.last)
+        if len(ticks) == 3:
+            gen.running = False  # as a Stop would
+        return 0
+
+    monkeypatch.setattr(gen, "handle_pending", nothing_yet)
+    monkeypatch.setattr(LOOP, "last", None)
+    gen._sync_weights(min_version=1)
+    assert len(ticks) == 3 and None not in ticks and ticks == sorted(ticks)
