@@ -89,20 +89,23 @@ class _Mailbox:
         return [m for _, m in self.sent if isinstance(m, PromptBatch) and purpose in (None, m.purpose)]
 
 
-def _controller(tmp_path, base_config, steps=4, eval_cfg=None, n_eval=3):
+def _controller(tmp_path, base_config, steps=4, eval_cfg=None, n_eval=3, max_staleness=1, colocated=False):
     raw = copy.deepcopy(base_config)
-    raw["run"].update({"steps": steps, "out": str(tmp_path / "run"), "max_staleness": 1})
+    raw["run"].update({"steps": steps, "out": str(tmp_path / "run"), "max_staleness": max_staleness})
     raw["eval"] = eval_cfg or {}
     cfg = config.parse(raw)
     prompts = {i: np.array([1, 2, i], dtype=np.int32) for i in range(8)}
     evals = {100 + i: np.array([1, 3, i], dtype=np.int32) for i in range(n_eval)}
+    routes = cfg.routes()
+    if colocated:  # the baseline's routes: the same ranks generate and train
+        routes = Routes("colocated", "colocated", routes.generators, routes.rewards, routes.trainers)
     mb = _Mailbox()
     ctl = ControllerActor(
         mb,
         cfg.run,
         rollout=cfg.rollout,
         evaluation=cfg.eval,
-        routes=cfg.routes(),
+        routes=routes,
         schedule=cfg.schedule(),
         prompts=prompts,
         eval_prompts=evals,
@@ -344,23 +347,7 @@ def test_prompts_go_out_one_version_early_but_not_to_colocated_ranks(tmp_path, b
     """A generator waits for a batch's min_version itself, so the controller sends a step's
     prompts one version before its policy exists, tagged with that policy's version; colocated
     ranks generate what they get at once, so they get a step only once its policy exists."""
-    raw = copy.deepcopy(base_config)
-    raw["run"].update({"steps": 6, "out": str(tmp_path / "run"), "max_staleness": max_staleness})
-    cfg = config.parse(raw)
-    routes = cfg.routes()
-    if colocated:
-        routes = Routes("colocated", "colocated", routes.generators, routes.rewards, routes.trainers)
-    mb = _Mailbox()
-    ctl = ControllerActor(
-        mb,
-        cfg.run,
-        rollout=cfg.rollout,
-        evaluation=cfg.eval,
-        routes=routes,
-        schedule=cfg.schedule(),
-        prompts={i: np.array([1, 2, i], dtype=np.int32) for i in range(8)},
-        eval_prompts={},
-    )
+    ctl, mb, _ = _controller(tmp_path, base_config, steps=6, max_staleness=max_staleness, colocated=colocated)
     ahead = 0 if colocated else 1
 
     def steps_sent():

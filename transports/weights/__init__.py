@@ -81,7 +81,7 @@ def gather_plan(
 
 
 def _exchange(comm, rank, shards, need, bucket_bytes, pack_below, err):
-    metas = None
+    metas, device_pack_below = None, None
     if err is None:
         try:
             if shards is not None and need is not None:
@@ -89,12 +89,18 @@ def _exchange(comm, rank, shards, need, bucket_bytes, pack_below, err):
             if shards is not None:
                 shards = [LocalShard(*s) for s in shards]
                 metas = [ShardMeta.of(s) for s in shards]
-                if pack_below is None and shards:  # the device's default, per peer (see build_plan)
-                    pack_below = (default_pack_below(shards[0].tensor.device),)
+                if shards:
+                    device_pack_below = default_pack_below(shards[0].tensor.device)
         except (TypeError, ValueError) as e:
             err = str(e)
     everyone = comm.allgather(
-        (rank, metas, need, (bucket_bytes, pack_below), None if err is None else f"rank {comm.Get_rank()}: {err}")
+        (
+            rank,
+            metas,
+            need,
+            (bucket_bytes, pack_below, device_pack_below),
+            None if err is None else f"rank {comm.Get_rank()}: {err}",
+        )
     )
     errors = [e[4] for e in everyone if e[4] is not None]
     if errors:
@@ -103,13 +109,12 @@ def _exchange(comm, rank, shards, need, bucket_bytes, pack_below, err):
     needs = {r: n for r, _, n, _, _ in everyone if n is not None}
     if not trainers or not needs:
         return None
-    bb, pb = next(cfg for r, m, _, cfg, _ in sorted(everyone, key=lambda e: e[0]) if m is not None)
-    per_peer = pb is None or isinstance(pb, tuple)  # a default: it grows with the fan-out
-    if pb is None:
-        pb = default_pack_below("cpu")
-    elif isinstance(pb, tuple):
-        (pb,) = pb
-    return build_plan(trainers, needs, bucket_bytes=bb, pack_below=pb, pack_below_per_peer=per_peer)
+    bb, pb, device_pb = next(cfg for r, m, _, cfg, _ in sorted(everyone, key=lambda e: e[0]) if m is not None)
+    if pb is not None:  # asked for: taken as it is
+        return build_plan(trainers, needs, bucket_bytes=bb, pack_below=pb)
+    # The default grows with the generators a piece goes to (build_plan's pack_below_per_peer).
+    default = device_pb if device_pb is not None else default_pack_below("cpu")
+    return build_plan(trainers, needs, bucket_bytes=bb, pack_below=default, pack_below_per_peer=True)
 
 
 def make_weight_transport(

@@ -215,7 +215,7 @@ def build_plan(
     32 generators on 2 cores, the demo model's 29 messages of 64-128 KiB per generator
     against one made the last generator's weights land 0.09 s against 0.06 s after the push
     (bench/scale.py, sync mode); at 2 generators a flat 1 MiB against 64 KiB cost 0.80
-    against 0.85 of raw bandwidth (25M, bench/weight_sync.py, medians of 2 runs).
+    against 0.85 of raw bandwidth (bench/weight_sync.py, 25M and 100M, 2 runs each: medians).
     """
     if not shards or not needs:
         raise ValueError("a transfer plan needs at least one trainer and one generator")
@@ -301,9 +301,8 @@ def _fill_buckets(src: int, items, bucket_bytes: int, pack_below: int, per_peer:
         nbytes = rows * row_bytes
         if nbytes == 0:
             continue
-        if nbytes >= min(
-            pack_below * (len(dsts) if per_peer else 1), bucket_bytes
-        ):  # own buckets, split by rows; one row may exceed bucket_bytes
+        threshold = min(pack_below * len(dsts), bucket_bytes) if per_peer else pack_below
+        if nbytes >= threshold:  # own buckets, split by rows; one row may exceed bucket_bytes
             step = max(1, bucket_bytes // row_bytes)
             for a in range(box[0][0], box[0][1], step):
                 b = min(a + step, box[0][1])
