@@ -14,7 +14,11 @@ mailbox's path, all measured in one run, alternating, medians of ``--reps``:
 4. ``mailbox``: ``Mailbox.send`` / ``poll`` of a typed message (the msgpack codec, its
    validation, the envelope).
 
-The differences between rungs are what each layer costs a round trip. ``probe`` is context:
+The differences between rungs are what each layer costs a round trip. ``posted_msgpack`` is
+the floor of this design in Python: the ``posted`` wire carrying the mailbox's map packed and
+unpacked by msgpack alone (no checks, framing or message class), so no Python mailbox that
+speaks msgpack over this wire can beat it; ``posted_msgpack_over_raw`` is that floor in units
+of the raw round trip. ``probe`` is context:
 the transport's earlier wire, a receive found by polling ``Improbe`` then ``Recv`` of the
 matched message into a buffer of its size. Single-process figures
 split the last one: ``encode_us`` and ``decode_us`` of the message, each timed alone.
@@ -35,6 +39,7 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import msgpack  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 from runtime import Mailbox, RoleTable  # noqa: E402
@@ -66,18 +71,19 @@ def raw(comm: MPI.Comm, n: int) -> float:
     return time.perf_counter() - t0
 
 
-def ssend_pingpong(comm: MPI.Comm, n: int, take) -> float:
-    """Round trips sent in synchronous mode, each reply received by ``take()``; seconds."""
+def ssend_pingpong(comm: MPI.Comm, n: int, take, make=lambda i: PAYLOAD) -> float:
+    """Round trips sent in synchronous mode, each reply received by ``take()``; seconds.
+    ``make(i)``: the bytes of the i-th message (by default the 64-byte payload itself)."""
     peer, pending = 1 - comm.rank, []
     comm.Barrier()
     t0 = time.perf_counter()
-    for _ in range(n):
+    for i in range(n):
         if comm.rank == 0:
-            pending.append(comm.Issend([PAYLOAD, MPI.BYTE], peer, TAG))
+            pending.append(comm.Issend([make(i), MPI.BYTE], peer, TAG))
             take()
         else:
             take()
-            pending.append(comm.Issend([PAYLOAD, MPI.BYTE], peer, TAG))
+            pending.append(comm.Issend([make(i), MPI.BYTE], peer, TAG))
         if len(pending) > 64:
             MPI.Request.Waitall(pending)
             pending.clear()
@@ -100,20 +106,27 @@ def probe(comm: MPI.Comm, n: int) -> float:
     return ssend_pingpong(comm, n, take)
 
 
-def posted(comm: MPI.Comm, n: int) -> float:
+def posted(comm: MPI.Comm, n: int, with_msgpack: bool = False) -> float:
+    """``with_msgpack``: each message is the mailbox's map packed by msgpack alone (a reused
+    Packer) and unpacked on arrival, with no checks, no framing, no message class: the least
+    that typed msgpack messages over this wire cost in Python."""
     peer, status = 1 - comm.rank, MPI.Status()
     slot = bytearray(4096)
     request = comm.Recv_init([slot, MPI.BYTE], peer, TAG)
     request.Start()
+    pack = msgpack.Packer().pack
 
     def take():
         while not request.Test(status):
             os.sched_yield()
         out = bytes(memoryview(slot)[: status.Get_count(MPI.BYTE)])
         request.Start()
-        return out
+        return msgpack.unpackb(out) if with_msgpack else out
 
-    elapsed = ssend_pingpong(comm, n, take)
+    def make(i: int) -> bytes:
+        return pack({"type": "BenchPartsSmall", "v": codec.SCHEMA_VERSION, "seq": i, "data": PAYLOAD})
+
+    elapsed = ssend_pingpong(comm, n, take, make if with_msgpack else lambda i: PAYLOAD)
     comm.Barrier()  # every message taken: the last posted receive can go
     request.Cancel()
     request.Wait()
@@ -185,6 +198,7 @@ def main() -> None:
         "raw": lambda: raw(comm, args.pings),
         "probe": lambda: probe(comm, args.pings),
         "posted": lambda: posted(comm, args.pings),
+        "posted_msgpack": lambda: posted(comm, args.pings, with_msgpack=True),
         "transport": lambda: transport(t, comm, args.pings, frames),
         "mailbox": lambda: mailbox(mb, comm, args.pings),
     }
@@ -202,6 +216,8 @@ def main() -> None:
             "bench": "mailbox_parts",
             **{f"{k}_rtt_us": round(v, 2) for k, v in rtt.items()},
             "posted_over_raw_us": round(rtt["posted"] - rtt["raw"], 2),
+            # The floor of the design in Python: the wire plus msgpack itself, nothing else.
+            "posted_msgpack_over_raw": round(rtt["posted_msgpack"] / rtt["raw"], 2),
             "transport_over_posted_us": round(rtt["transport"] - rtt["posted"], 2),
             "mailbox_over_transport_us": round(rtt["mailbox"] - rtt["transport"], 2),
             "encode_us": round(per_call_us(lambda: codec.encode_frames(msg)), 2),

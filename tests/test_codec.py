@@ -526,3 +526,64 @@ def test_a_malformed_ragged_list_is_a_codec_error(ext, match):
     data = msgpack.packb({"type": "CodecTestRagged", "v": codec.SCHEMA_VERSION, "ids": ext, "other": None})
     with pytest.raises(CodecError, match=match):
         codec.decode(data)
+
+
+# ------------------------------------------------------------- the encoder pool
+
+
+@codec.message(name="CodecTestIntHinted")
+class IntHinted:
+    n: int
+    s: str = ""
+
+
+def test_only_fields_whose_hint_admits_a_list_are_looked_at_for_ragged_lists():
+    spec = codec._encode_spec(Typed)
+    assert spec[4] == ("tags",)  # list[str]; ids (an array), metrics (a map) and the rest cannot
+    assert codec._encode_spec(RaggedMsg)[4] == ("ids", "other")  # list[np.ndarray] and Any
+    assert codec._encode_spec(IntHinted)[4] == ()
+
+
+def test_a_list_in_a_field_whose_hint_rules_it_out_still_encodes_and_is_refused_by_name():
+    arrays = [np.arange(3), np.arange(4)]
+    data = codec.encode(IntHinted(n=arrays))  # type: ignore[arg-type]
+    assert _ragged_ext_count(data) == 0  # the plain way: a list of array extensions
+    with pytest.raises(CodecError, match=r"CodecTestIntHinted\.n: expected int"):
+        codec.decode(data)
+
+
+def test_an_encoding_started_inside_another_one_gets_an_encoder_of_its_own(monkeypatch):
+    """A hook of the outer pack (here the array conversion; in real life a signal handler that
+    sends) encodes a message while the outer Packer is mid-message: both come out whole."""
+    inner = IntHinted(n=7, s="inner")
+    inner_bytes = []
+    as_numpy = codec._as_numpy
+
+    def encoding_as_numpy(obj):
+        inner_bytes.append(codec.encode(inner))
+        return as_numpy(obj)
+
+    monkeypatch.setattr(codec, "_as_numpy", encoding_as_numpy)
+    outer = typed(ids=np.arange(5, dtype=np.int64), tags=["x", "y"])
+    for path in PATHS * 3:  # again and again: the encoders in the pool by then are taken too
+        got = roundtrip(outer, path)
+        assert_same(got.ids, outer.ids) and got.tags == ["x", "y"]
+    assert len(inner_bytes) == 6 and all(codec.decode(b) == inner for b in inner_bytes)
+
+
+def test_threads_encoding_at_once_each_get_their_own_messages():
+    import threading
+
+    def work(k: int, out: list) -> None:
+        for i in range(2000):
+            msg = typed(n=k * 10_000 + i, ids=np.full(3, k, dtype=np.int32), tags=[str(k)] * (i % 3))
+            got = codec.decode(codec.encode_frames(msg)[0])
+            out.append(got.n == msg.n and got.tags == msg.tags and got.ids.tobytes() == msg.ids.tobytes())
+
+    results = [[] for _ in range(4)]
+    threads = [threading.Thread(target=work, args=(k, results[k])) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(len(r) == 2000 and all(r) for r in results)

@@ -17,7 +17,6 @@ import dataclasses
 import importlib
 import math
 import sys
-import threading
 import types
 import typing
 from typing import Any, Union
@@ -126,7 +125,6 @@ class _Encoder:
         # Reused from message to message: making a Packer costs about as much as packing a
         # small message with it. A Packer starts afresh after an exception (autoreset).
         self.packer = msgpack.Packer(default=self.default, use_bin_type=True)
-        self.busy = False  # packing: a Packer is not reentrant
 
     def default(self, obj):
         if type(obj) is _Ragged:
@@ -158,13 +156,20 @@ class _Encoder:
         raise CodecError(f"cannot encode a value of type {type(obj).__name__}")
 
 
-_local = threading.local()  # .encoders: this thread's pair (a Packer is not thread-safe)
+# Encoders not in use, taken for one pack and given back: a Packer is neither thread-safe nor
+# reentrant, and a list's pop() and append() are atomic, so every call (on any thread, or
+# re-entered from a hook on this one) packs with an encoder of its own, without a lock or a
+# flag. Indexed by ``out_of_band``.
+_IDLE_ENCODERS: tuple[list, list] = ([], [])
 
 
-def _pack(msg, out_of_band: bool) -> tuple:
-    """(packed bytes, out-of-band buffers) of a registered message."""
+def _pack(msg, out_of_band: bool) -> list:
+    """``[packed bytes, *out-of-band buffers]`` of a registered message."""
     cls = type(msg)
-    prefix, skip, type_name, names = _ENCODE_SPECS.get(cls) or _encode_spec(cls)
+    try:
+        prefix, skip, type_name, names, list_fields = _ENCODE_SPECS[cls]
+    except KeyError:
+        prefix, skip, type_name, names, list_fields = _encode_spec(cls)
     fields = getattr(msg, "__dict__", None)
     if fields is None or len(fields) != len(names):
         # Not the usual dataclass instance, whose dict holds just the fields (its __init__
@@ -174,38 +179,36 @@ def _pack(msg, out_of_band: bool) -> tuple:
         for name in names:
             fields[name] = getattr(msg, name)
         prefix = None
-    for value in fields.values():
+    # Only a field whose hint admits a list can hold a ragged one (a value that contradicts
+    # its hint still encodes, the plain way, and the receiver refuses it, naming the field).
+    for name in list_fields:
+        value = fields.get(name)
         if type(value) is list and value and type(value[0]) is np.ndarray and _is_ragged(value):
             fields = {
                 k: (_Ragged(v) if type(v) is list and v and type(v[0]) is np.ndarray and _is_ragged(v) else v)
                 for k, v in fields.items()
             }  # a copy: the message is not touched
             break
+    idle = _IDLE_ENCODERS[out_of_band]
     try:
-        enc = _local.encoders[out_of_band]
-    except AttributeError:
-        _local.encoders = (_Encoder(out_of_band=False), _Encoder(out_of_band=True))
-        enc = _local.encoders[out_of_band]
-    if enc.busy:  # re-entered from a hook on this thread: a private encoder
+        enc = idle.pop()
+    except IndexError:
         enc = _Encoder(out_of_band)
-    enc.busy = True
     try:
         packed = enc.packer.pack(fields)
         frames = enc.frames
         if frames:
             enc.frames = []
-        else:
-            frames = ()
     except BaseException:
-        enc.frames = []
+        enc.frames = []  # a Packer starts afresh after an exception (autoreset)
         raise
     finally:
-        enc.busy = False
+        idle.append(enc)
     if prefix is not None:
         # The instance dict packed as it is, then its map header swapped for one that also
         # counts "type" and "v", and those two entries, packed once per class.
         packed = prefix + packed[skip:]
-    return packed, frames
+    return [packed, *frames] if frames else [packed]
 
 
 class _Ragged:
@@ -233,7 +236,8 @@ def _is_ragged(items: list) -> bool:
 
 
 # Per message class: (packed map header and "type"/"v" entries, size of the map header of
-# the fields alone, wire name, field names), worked out on first use.
+# the fields alone, wire name, field names, names of the fields that may hold a list), worked
+# out on first use.
 _ENCODE_SPECS: dict[type, tuple] = {}
 
 
@@ -253,19 +257,34 @@ def _encode_spec(cls) -> tuple:
         + msgpack.packb("v")
         + msgpack.packb(SCHEMA_VERSION)
     )
-    spec = _ENCODE_SPECS[cls] = (prefix, len(map_header(len(names))), type_name, names)
+    try:
+        hints = _hints(cls)
+        list_fields = tuple(n for n in names if _may_hold_list(hints.get(n, Any)))
+    except Exception:  # noqa: BLE001 - hints that do not resolve: any field may hold a list
+        list_fields = names
+    spec = _ENCODE_SPECS[cls] = (prefix, len(map_header(len(names))), type_name, names, list_fields)
     return spec
+
+
+def _may_hold_list(hint) -> bool:
+    """False only for hints that rule a list out (int, str, np.ndarray, dict[...], ...)."""
+    if hint is Any or hint is object:
+        return True
+    if typing.get_origin(hint) in (Union, types.UnionType):
+        return any(_may_hold_list(h) for h in typing.get_args(hint))
+    if typing.get_origin(hint) is not None:  # list[X], dict[K, V], Sequence[X], ...
+        hint = typing.get_origin(hint)
+    return not isinstance(hint, type) or issubclass(list, hint)
 
 
 def encode(msg) -> bytes:
     """Encode a registered message into one self-contained byte string."""
-    return _pack(msg, out_of_band=False)[0]
+    return _pack(msg, False)[0]
 
 
 def encode_frames(msg) -> list:
     """Encode into ``[header, *buffers]``: large arrays are left as raw buffers (no copy)."""
-    header, buffers = _pack(msg, out_of_band=True)
-    return [header, *buffers] if buffers else [header]
+    return _pack(msg, True)
 
 
 # ----------------------------------------------------------------------------- decoding
