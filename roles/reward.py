@@ -1,5 +1,11 @@
 """Reward rank: scores each rollout group and sends it on.
 
+The groups that have arrived by the time the loop turns to ``step()`` are scored together, in
+one call to the scorer: their samples are pipelined into the worker processes instead of one
+round trip per group. When many generators finish at once (sync mode, 32 of them: 64 groups),
+group-by-group scoring left about 0.03 s of round trips after the last generation on every
+step's critical path (docs/log.md).
+
 Training groups go to their trainer, with a ``Scored`` notice of what was seen (rewards, their
 components, response lengths, clipped and all-equal groups) to the controller. Evaluation
 groups go back to the controller only, as ``EvalScored``: no trainer ever sees them.
@@ -45,18 +51,44 @@ class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
         self.scorer = scorer
         self.prompts_per_step = prompts_per_step
         self.shown_per_step = shown_per_step
+        self._arrived: list[Rollout] = []  # not yet scored, in the order they came
 
     @handles(Rollout)
     def on_rollout(self, env: Envelope) -> None:
-        r: Rollout = env.msg
+        self._arrived.append(env.msg)  # scored with the others that came meanwhile, in step()
+
+    def step(self) -> bool:
+        if not self._arrived:
+            return False
+        self._score_arrived()
+        return True
+
+    def _score_arrived(self) -> None:
+        """Scores every group that has arrived in one scorer call, then sends each on, in order."""
+        groups, self._arrived = self._arrived, []
         t0 = time.perf_counter()
         with self.spans.span("score"):
-            example = self.task.example(r.example_id)
-            texts = self.tokenizer.batch_decode(
-                [np.asarray(ids).tolist() for ids in r.response_ids], skip_special_tokens=True
-            )
-            results = self.scorer.score([(text, example) for text in texts])
-        score_s = time.perf_counter() - t0
+            texts, items = [], []
+            for r in groups:
+                example = self.task.example(r.example_id)
+                decoded = self.tokenizer.batch_decode(
+                    [np.asarray(ids).tolist() for ids in r.response_ids], skip_special_tokens=True
+                )
+                texts.append(decoded)
+                items.extend((text, example) for text in decoded)
+            results = self.scorer.score(items)
+        # Each group is charged its samples' share of the call, so the groups' score_s still
+        # add up to the time this rank spent scoring (the controller's reward utilisation).
+        per_sample_s = (time.perf_counter() - t0) / max(1, len(items))
+        start = 0
+        for r, group_texts in zip(groups, texts):
+            group_results = results[start : start + len(group_texts)]
+            start += len(group_texts)
+            self._send_scored(r, group_texts, group_results, per_sample_s * len(group_texts))
+
+    def _send_scored(self, r: Rollout, texts: list[str], results, score_s: float) -> None:
+        """One group's rewards into its Rollout, on to its trainer (or, for evaluation, the
+        controller), and the controller's notice of what was seen."""
         r.rewards = [res.score for res in results]
         r.timings["score_s"] = score_s
         failures = sum(res.failures for res in results)
@@ -132,4 +164,8 @@ class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
         ]
 
     def on_stop(self, reason: str) -> None:
+        # Groups that came before the Stop are scored and sent on, as they would have been
+        # had each been scored as it came.
+        if self._arrived:
+            self._score_arrived()
         self.scorer.close()
