@@ -135,3 +135,12 @@ def test_groups_that_came_before_the_stop_are_scored_and_sent_before_the_scorer_
     assert [m.rewards for _, m in mb.sent if isinstance(m, Rollout)] == [[4.0], [5.0]]
     assert len(scorer.calls) == 1 and log == ["stopping", "closed"]
     assert actor.step() is False  # nothing left over
+
+
+def test_a_late_group_of_an_older_step_is_scored_and_sent_before_a_newer_steps_groups():
+    actor, mb, scorer, _ = _actor()
+    _arrive(mb, _rollout(4, [7]), _rollout(3, [1]), _rollout(5, [8]))  # steps 1, 0, 1
+    actor.handle_pending()
+    actor.step()
+    assert [[text for text, _ in call] for call in scorer.calls] == [["1 0"], ["7 0", "8 0"]]
+    assert [m.group_id for _, m in mb.sent if isinstance(m, Rollout)] == [3, 4, 5]
