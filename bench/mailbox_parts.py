@@ -71,19 +71,19 @@ def raw(comm: MPI.Comm, n: int) -> float:
     return time.perf_counter() - t0
 
 
-def ssend_pingpong(comm: MPI.Comm, n: int, take, make=lambda i: PAYLOAD) -> float:
+def ssend_pingpong(comm: MPI.Comm, n: int, take, make=None) -> float:
     """Round trips sent in synchronous mode, each reply received by ``take()``; seconds.
-    ``make(i)``: the bytes of the i-th message (by default the 64-byte payload itself)."""
+    ``make(i)``: the bytes of the i-th message (None: the 64-byte payload itself, no call)."""
     peer, pending = 1 - comm.rank, []
     comm.Barrier()
     t0 = time.perf_counter()
     for i in range(n):
         if comm.rank == 0:
-            pending.append(comm.Issend([make(i), MPI.BYTE], peer, TAG))
+            pending.append(comm.Issend([make(i) if make else PAYLOAD, MPI.BYTE], peer, TAG))
             take()
         else:
             take()
-            pending.append(comm.Issend([make(i), MPI.BYTE], peer, TAG))
+            pending.append(comm.Issend([make(i) if make else PAYLOAD, MPI.BYTE], peer, TAG))
         if len(pending) > 64:
             MPI.Request.Waitall(pending)
             pending.clear()
@@ -126,7 +126,7 @@ def posted(comm: MPI.Comm, n: int, with_msgpack: bool = False) -> float:
     def make(i: int) -> bytes:
         return pack({"type": "BenchPartsSmall", "v": codec.SCHEMA_VERSION, "seq": i, "data": PAYLOAD})
 
-    elapsed = ssend_pingpong(comm, n, take, make if with_msgpack else lambda i: PAYLOAD)
+    elapsed = ssend_pingpong(comm, n, take, make if with_msgpack else None)
     comm.Barrier()  # every message taken: the last posted receive can go
     request.Cancel()
     request.Wait()

@@ -552,6 +552,20 @@ def test_a_list_in_a_field_whose_hint_rules_it_out_still_encodes_and_is_refused_
         codec.decode(data)
 
 
+@codec.message(name="CodecTestRaggedBesideInt")
+class RaggedBesideInt:
+    ids: list[np.ndarray]
+    n: int = 0
+
+
+def test_beside_a_ragged_list_a_list_in_a_field_that_rules_lists_out_stays_plain():
+    arrays = [np.arange(3), np.arange(4)]
+    data = codec.encode(RaggedBesideInt(ids=arrays, n=list(arrays)))  # type: ignore[arg-type]
+    assert _ragged_ext_count(data) == 1  # ids only
+    with pytest.raises(CodecError, match=r"CodecTestRaggedBesideInt\.n: expected int"):
+        codec.decode(data)
+
+
 def test_an_encoding_started_inside_another_one_gets_an_encoder_of_its_own(monkeypatch):
     """A hook of the outer pack (here the array conversion; in real life a signal handler that
     sends) encodes a message while the outer Packer is mid-message: both come out whole."""

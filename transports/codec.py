@@ -185,7 +185,11 @@ def _pack(msg, out_of_band: bool) -> list:
         value = fields.get(name)
         if type(value) is list and value and type(value[0]) is np.ndarray and _is_ragged(value):
             fields = {
-                k: (_Ragged(v) if type(v) is list and v and type(v[0]) is np.ndarray and _is_ragged(v) else v)
+                k: (
+                    _Ragged(v)
+                    if k in list_fields and type(v) is list and v and type(v[0]) is np.ndarray and _is_ragged(v)
+                    else v
+                )
                 for k, v in fields.items()
             }  # a copy: the message is not touched
             break
