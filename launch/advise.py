@@ -9,17 +9,22 @@ a split ``(g, r, t)`` of the compute ranks gives a predicted step time of
   roles overlap, so the slowest one sets the pace (LlamaRL's argument);
 - synchronous (``max_staleness = 0``): ``W_gen/g + W_reward/r + W_train/t`` — they take turns.
 
-The advice is the split that minimises it. Linear scaling is optimistic for training
-(communication) and for generation at small batch, so treat the prediction as a bound.
+The advice is the split that minimises it. A synchronous run is also given the best
+overlapped split (``max_staleness: 1``), and a colocated run (the same ranks generate, then
+train: ``(W_gen + W_train)/n + W_reward/r``) only that: what switching to LlamaRL's layout
+would be worth. Linear scaling is optimistic for training (communication) and for
+generation at small batch, and the weight push is not modelled, so treat the prediction as
+a bound (bench/scale.py measures how far it lands).
+
+The run folder is read as ``mpirl report`` reads it (``launch/report/runs.py``): a stopped,
+still-running or resumed run is fine; a folder that is not a run is an :class:`AdviseError`
+naming what is missing.
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
-
-from launch.config import load_yaml
 
 
 @dataclass(frozen=True)
@@ -57,47 +62,94 @@ def best_split(work: RoleWork, total: int, overlapped: bool = True) -> Split:
     return best
 
 
-def work_from_run(run_dir: Path) -> tuple[RoleWork, dict, bool]:
-    """Median per-step role work of a finished run, its rank counts, and whether it overlapped."""
-    cfg = load_yaml((run_dir / "config.yaml").read_text())
-    counts = {k: (v if isinstance(v, int) else v.get("ranks", 1)) for k, v in cfg.get("world", {}).items()}
-    counts = {
-        "generator": counts.get("generator", 1),
-        "reward": counts.get("reward", 1),
-        "trainer": counts.get("trainer", 1),
-    }
-    overlapped = cfg.get("run", {}).get("max_staleness", 1) >= 1
-    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    if not lines:
-        raise ValueError(f"{run_dir}/metrics.jsonl has no steps")
-    lines = lines[1:] or lines  # the first step carries start-up costs
+class AdviseError(ValueError):
+    """A run folder advise cannot read (no config, no steps, no timings); the message says why."""
 
-    def median(values):
-        values = sorted(values)
+
+def _rank_count(value, role: str) -> int:
+    """A ``world:`` entry's rank count: an int, or a mapping's ``ranks`` (1 when not given)."""
+    count = value.get("ranks", 1) if isinstance(value, dict) else value
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise AdviseError(f"config.yaml: world.{role} is {value!r}, not a rank count")
+    return count
+
+
+def work_from_run(run_dir: Path) -> tuple[RoleWork, dict, bool]:
+    """Median per-step role work of a run, its rank counts, and whether it overlapped.
+
+    The run may be finished, stopped or resumed: metrics.jsonl is read as ``mpirl report`` reads
+    it (a cut last line skipped, a re-run step counted once). A colocated run's ranks both
+    generate and train, so its generation and training are both their work: ``counts`` then
+    holds ``colocated`` and the two roles' counts are 0.
+    """
+    from launch.report.runs import ReportError, load_run, number
+
+    try:
+        run = load_run(run_dir)
+    except ReportError as e:
+        raise AdviseError(str(e)) from None
+    if run.config is None:
+        raise AdviseError(f"{run_dir}: no readable config.yaml, so the ranks per role are unknown")
+    world = run.config.get("world")
+    if not isinstance(world, dict):
+        raise AdviseError(f"{run_dir}/config.yaml has no world section")
+    counts = {role: _rank_count(world.get(role, 1), role) for role in ("generator", "reward", "trainer")}
+    counts["colocated"] = _rank_count(world.get("colocated", 0), "colocated")
+    if counts["colocated"]:
+        counts["generator"] = counts["trainer"] = 0
+    elif not counts["generator"] or not counts["trainer"]:
+        raise AdviseError(f"{run_dir}/config.yaml: world has no generator or no trainer ranks")
+    if not counts["reward"]:
+        raise AdviseError(f"{run_dir}/config.yaml: world has no reward ranks")
+    staleness = run.config.get("run", {}).get("max_staleness", 1) if isinstance(run.config.get("run"), dict) else 1
+    overlapped = not counts["colocated"] and staleness != 0
+    steps = run.metrics[1:] or run.metrics  # the first step carries start-up costs
+
+    def median(key: str) -> float:
+        values = sorted(v for m in steps if (v := number(m, key)) is not None)
+        if not values:
+            raise AdviseError(f"{run_dir}/metrics.jsonl: no step has a {key}")
         return values[len(values) // 2]
 
-    work = RoleWork(
-        generate=median([m["generation_s"] for m in lines]),
-        reward=median([m["reward_s"] for m in lines]),
-        train=median([m["training_s"] for m in lines]) * counts["trainer"],
-    )
+    if not steps:
+        why = "".join(f"; {note}" for note in run.notes)
+        raise AdviseError(f"{run_dir}/metrics.jsonl has no steps{why}")
+    trainers = counts["colocated"] or counts["trainer"]  # training_s is the slowest trainer's
+    work = RoleWork(generate=median("generation_s"), reward=median("reward_s"), train=median("training_s") * trainers)
     return work, counts, overlapped
 
 
 def advise_from_run(run_dir: Path, total_ranks: int | None = None) -> str:
     work, counts, overlapped = work_from_run(run_dir)
-    total = total_ranks or sum(counts.values())
-    now = predict(work, counts["generator"], counts["reward"], counts["trainer"], overlapped)
-    best = best_split(work, total, overlapped)
-    mode = "asynchronous (roles overlap)" if overlapped else "synchronous (roles take turns)"
-    return "\n".join(
-        [
-            f"run: {run_dir}  mode: {mode}",
-            f"measured work per step (rank-seconds): generate {work.generate:.3f}, "
-            f"reward {work.reward:.3f}, train {work.train:.3f}",
-            f"current split   generator {counts['generator']}, reward {counts['reward']}, trainer {counts['trainer']}: "
-            f"predicted {now:.3f} s/step",
-            f"advised split   generator {best.generator}, reward {best.reward}, trainer {best.trainer} "
-            f"(of {total} compute ranks): predicted {best.step_s:.3f} s/step ({now / best.step_s:.2f}x)",
-        ]
-    )
+    total = sum(counts.values()) if total_ranks is None else total_ranks
+    if counts["colocated"]:
+        # The same ranks generate and then train, in turn; the reward ranks score meanwhile.
+        n = counts["colocated"]
+        now = (work.generate + work.train) / n + work.reward / counts["reward"]
+        current = f"current split   colocated {n}, reward {counts['reward']} (generate, then train)"
+        mode = "colocated (the same ranks generate, then train)"
+    else:
+        now = predict(work, counts["generator"], counts["reward"], counts["trainer"], overlapped)
+        current = (
+            f"current split   generator {counts['generator']}, reward {counts['reward']}, trainer {counts['trainer']}"
+        )
+        mode = "asynchronous (roles overlap)" if overlapped else "synchronous (roles take turns)"
+    lines = [
+        f"run: {run_dir}  mode: {mode}",
+        f"measured work per step (rank-seconds): generate {work.generate:.3f}, "
+        f"reward {work.reward:.3f}, train {work.train:.3f}",
+        f"{current}: predicted {now:.3f} s/step",
+    ]
+    # A synchronous or colocated run is also advised as separate roles that overlap
+    # (run.max_staleness: 1), LlamaRL's layout: the figure it would be worth switching for.
+    for label, overlap in [("advised split", overlapped)] + ([] if overlapped else [("asynchronous", True)]):
+        if counts["colocated"] and not overlap:
+            continue  # colocated is its own synchronous layout: its advice is the async one
+        best = best_split(work, total, overlap)
+        how = " with max_staleness 1" if overlap and not overlapped else ""
+        lines.append(
+            f"{label + ' ' * max(1, 16 - len(label))}generator {best.generator}, reward {best.reward}, "
+            f"trainer {best.trainer} (of {total} compute ranks){how}: predicted {best.step_s:.3f} s/step "
+            f"({now / best.step_s:.2f}x)"
+        )
+    return "\n".join(lines)

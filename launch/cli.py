@@ -185,7 +185,11 @@ def run_forwarding_signals(cmd: list[str], env: dict) -> tuple[int, str, bool]:
 def cmd_trace(args) -> int:
     from launch.trace import write_trace
 
-    written = write_trace(Path(args.run_dir))
+    try:
+        written = write_trace(Path(args.run_dir))
+    except FileNotFoundError as e:
+        print(f"mpirl: trace: {e}", file=sys.stderr)
+        return config.EXIT_CONFIG
     for p in written:
         print(p)
     return 0
@@ -209,7 +213,11 @@ def cmd_report(args) -> int:
 def cmd_advise(args) -> int:
     from launch.advise import advise_from_run
 
-    print(advise_from_run(Path(args.run_dir), total_ranks=args.ranks))
+    try:
+        print(advise_from_run(Path(args.run_dir), total_ranks=args.ranks))
+    except ValueError as e:  # AdviseError (the run folder), or too few ranks to split
+        print(f"mpirl: advise: {e}", file=sys.stderr)
+        return config.EXIT_CONFIG
     return 0
 
 

@@ -33,15 +33,27 @@ def colour_of(name: str) -> str:
 
 
 def read_spans(run_dir: Path) -> list[dict]:
-    """One dict per rank: rank, role, index, spans (name, start, end)."""
+    """One dict per rank: rank, role, index, spans (name, start, end).
+
+    Each rank writes its file as it stops, so a rank killed meanwhile leaves a file cut short:
+    its undecodable lines are skipped, and a file without its header line is left out.
+    """
     files = sorted((run_dir / "spans").glob("rank-*.jsonl"))
-    if not files:
-        raise FileNotFoundError(f"no spans in {run_dir / 'spans'}: is {run_dir} the out folder of a finished run?")
     ranks = []
     for f in files:
-        lines = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
-        header, spans = lines[0], lines[1:]
-        ranks.append({**header, "spans": spans})
+        lines = []
+        for text in f.read_text(errors="replace").splitlines():
+            try:
+                line = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(line, dict):
+                lines.append(line)
+        if lines and "role" in lines[0]:
+            header, spans = lines[0], [s for s in lines[1:] if {"name", "start", "end"} <= s.keys()]
+            ranks.append({**header, "spans": spans})
+    if not ranks:
+        raise FileNotFoundError(f"no spans in {run_dir / 'spans'}: is {run_dir} the out folder of a finished run?")
     return ranks
 
 

@@ -1,11 +1,14 @@
 """mpirl advise: the split that minimises the predicted step time, on synthetic timings."""
 
 import json
+import subprocess
+import sys
 
 import pytest
 import yaml
+from mpi_helpers import REPO
 
-from launch.advise import RoleWork, advise_from_run, best_split, predict
+from launch.advise import RoleWork, advise_from_run, best_split, predict, work_from_run
 
 
 def test_async_split_balances_the_slowest_role():
@@ -39,8 +42,80 @@ def test_advise_from_a_run_folder(tmp_path):
             {"world": {"controller": 1, "generator": 1, "reward": 1, "trainer": 1}, "run": {"max_staleness": 1}}
         )
     )
-    lines = [{"generation_s": 3.0, "reward_s": 0.1, "training_s": 1.0}] * 5
+    lines = [{"step": i, "generation_s": 3.0, "reward_s": 0.1, "training_s": 1.0} for i in range(5)]
     (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(m) for m in lines))
     text = advise_from_run(tmp_path, total_ranks=5)
     assert "advised split   generator 3, reward 1, trainer 1" in text
     assert "predicted 3.000 s/step" in text  # the current 1/1/1 split: generation bound
+
+
+def _run_folder(path, world, metrics_text, staleness=1):
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.yaml").write_text(yaml.safe_dump({"world": world, "run": {"max_staleness": staleness}}))
+    (path / "metrics.jsonl").write_text(metrics_text)
+    return path
+
+
+def _lines(*steps):
+    return "".join(
+        json.dumps({"step": s, "generation_s": g, "reward_s": 0.1, "training_s": t}) + "\n" for s, g, t in steps
+    )
+
+
+def test_a_stopped_and_resumed_run_is_read_as_report_reads_it(tmp_path):
+    # Step 2 was re-run after a resume (its later line counts), and the run was killed while
+    # writing step 4's line. Without the re-run, the median generation would be 9.0.
+    text = _lines((0, 50.0, 1.0), (1, 2.0, 1.0), (2, 9.0, 1.0), (3, 9.0, 1.0), (2, 2.0, 1.0))
+    run = _run_folder(tmp_path, {"controller": 1, "generator": 2, "reward": 1, "trainer": 1}, text + '{"step": 4, "gen')
+    work, counts, overlapped = work_from_run(run)
+    assert (work.generate, work.train) == (2.0, 1.0) and overlapped
+    assert counts == {"generator": 2, "reward": 1, "trainer": 1, "colocated": 0}
+
+
+def test_colocated_run_is_advised_as_separate_overlapping_roles(tmp_path):
+    # Colocated: 2 ranks generate (4 rank-seconds) then train (1 s each, 2 rank-seconds).
+    text = _lines((0, 4.0, 1.0), (1, 4.0, 1.0), (2, 4.0, 1.0))
+    world = {"controller": 1, "colocated": 2, "reward": 1, "generator": 0, "trainer": 0}
+    text = advise_from_run(_run_folder(tmp_path, world, text, staleness=0), total_ranks=6)
+    assert "current split   colocated 2, reward 1 (generate, then train): predicted 3.100 s/step" in text
+    # 6 ranks, overlapped: (3, 1, 2) -> max(4/3, 0.1, 1.0) = 1.333 s.
+    assert "asynchronous    generator 3, reward 1, trainer 2 (of 6 compute ranks) with max_staleness 1" in text
+    assert "predicted 1.333 s/step (2.33x)" in text
+
+
+def test_synchronous_run_also_gets_the_overlapped_figure(tmp_path):
+    text = _lines((0, 3.0, 1.0), (1, 3.0, 1.0))
+    world = {"controller": 1, "generator": {"ranks": 1, "engine": "vllm"}, "reward": 1, "trainer": 1}
+    text = advise_from_run(_run_folder(tmp_path, world, text, staleness=0))
+    assert "current split   generator 1, reward 1, trainer 1: predicted 4.100 s/step" in text
+    assert "advised split   generator 1, reward 1, trainer 1 (of 3 compute ranks): predicted 4.100" in text
+    assert (
+        "asynchronous    generator 1, reward 1, trainer 1 (of 3 compute ranks) with max_staleness 1: predicted 3.000"
+        in text
+    )
+
+
+@pytest.mark.parametrize(
+    "make, reason",
+    [
+        (lambda p: p, "no such folder"),
+        (lambda p: p.mkdir() or p, "not a run folder"),
+        (lambda p: _run_folder(p, {"generator": 1}, "") and (p / "config.yaml").unlink() or p, "no readable config"),
+        (lambda p: _run_folder(p, {"controller": 1, "generator": 1, "reward": 1, "trainer": 1}, ""), "has no steps"),
+        (
+            lambda p: _run_folder(p, {"controller": 1, "generator": 1, "reward": 0, "trainer": 1}, _lines((0, 1, 1))),
+            "no reward ranks",
+        ),
+        (
+            lambda p: _run_folder(p, {"generator": "two", "reward": 1, "trainer": 1}, _lines((0, 1, 1))),
+            "not a rank count",
+        ),
+    ],
+)
+def test_what_advise_cannot_read_exits_2_with_the_reason(tmp_path, make, reason):
+    run = make(tmp_path / "run")
+    cli = subprocess.run(
+        [sys.executable, "-m", "launch.cli", "advise", str(run)], cwd=REPO, capture_output=True, text=True
+    )
+    assert cli.returncode == 2, cli.stderr
+    assert reason in cli.stderr and "Traceback" not in cli.stderr

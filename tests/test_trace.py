@@ -53,6 +53,27 @@ def test_missing_spans_is_a_clear_error(tmp_path):
         write_trace(tmp_path)
 
 
+def test_a_rank_killed_while_writing_its_spans_is_skipped_not_fatal(tmp_path):
+    _fake_run(tmp_path)
+    spans = tmp_path / "spans"
+    # The trainer was killed mid-line; a third rank died before its header was out.
+    trainer = spans / "rank-0003.jsonl"
+    trainer.write_text(trainer.read_text()[:-25])
+    (spans / "rank-0004.jsonl").write_text('{"rank": 4, "ro')
+    trace = json.loads(write_trace(tmp_path)[0].read_text())
+    names = {e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M"}
+    assert names == {"rank 1: generator 0", "rank 3: trainer 0"}
+    assert [e["name"] for e in trace["traceEvents"] if e["tid"] == 3 and e["ph"] == "X"] == ["train"]
+
+
+def test_trace_of_a_folder_without_spans_exits_2_with_the_reason(tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-m", "launch.cli", "trace", str(tmp_path)], cwd=REPO, capture_output=True, text=True
+    )
+    assert run.returncode == 2, run.stderr
+    assert "no spans" in run.stderr and "Traceback" not in run.stderr
+
+
 def test_process_start_is_read_from_the_system_not_from_python():
     """Before the interpreter ran anything (a clock started in Python would miss its start-up)."""
     code = (
