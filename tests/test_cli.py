@@ -199,3 +199,21 @@ def test_open_mpi_settings_leave_a_users_own_value(monkeypatch, as_user):
     monkeypatch.delenv("PRTE_MCA_pmix_tool_support")
     _, env = cli.mpiexec_command(2, ["prog"], mpiexec=find_mpirun(), cores=8)
     assert env["PRTE_MCA_pmix_tool_support"] == "0"
+
+
+def test_known_start_up_noise_is_dropped_and_nothing_else():
+    # What each model-holding rank printed at every start (transformers imports torchao at the
+    # first from_pretrained), emitted as torchao and torch emit it, beside lines that must stay.
+    code = """
+import logging
+import launch  # noqa: F401
+ao, tree = logging.getLogger("torchao"), logging.getLogger("torch.utils._pytree")
+ao.warning("Failed to load /x/torchao/_C_mxfp8.so: Could not load this library")
+tree.warning("%s is an Enum subclass and is now natively supported by torch.compile as an "
+             "opaque value type.", "<enum 'KernelPreference'>")
+ao.warning("torchao: some other warning")
+tree.warning("some other pytree warning")
+"""
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.splitlines() == ["torchao: some other warning", "some other pytree warning"]
