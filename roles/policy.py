@@ -62,10 +62,30 @@ class Policy:
 
 
 def load_model(model) -> torch.nn.Module:
-    """The Hugging Face causal LM of a ``ModelConfig``, in its dtype."""
+    """The Hugging Face causal LM of a ``ModelConfig``, in its dtype, without dropout."""
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(model.path, dtype=model.torch_dtype())
+    return disable_dropout(AutoModelForCausalLM.from_pretrained(model.path, dtype=model.torch_dtype()))
+
+
+def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    """Set every dropout probability in ``model`` to 0, so its train mode computes what its eval
+    mode does; returns ``model``. Its config (and so an exported model) is left as it was.
+
+    The trainer's log-probs must be the generator's policy's: the importance ratio and AIPO's
+    clip compare the two, and the generator samples without dropout. With GPT-2's and OPT's
+    default 0.1, dropout alone put the on-policy ratio at up to 1.19 before any update. Gradient
+    checkpointing needs train mode, so the modules' probabilities go, not the mode: nn.Dropout
+    modules, and the float attributes that Hugging Face attention and decoder layers read in
+    train mode (``attention_dropout``, ``dropout``, ``layerdrop``, ``resid_pdrop``, ...).
+    """
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+            module.p = 0.0
+        for name, value in list(vars(module).items()):
+            if "drop" in name and type(value) is float:
+                setattr(module, name, 0.0)
+    return model
 
 
 def load_policy(model, group, *, shard: bool, reference: bool) -> Policy:
