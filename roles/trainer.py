@@ -41,6 +41,10 @@ def _pad(arrays, pad_value, dtype):
     return out
 
 
+# Loss-module figures that are a micro-batch's maximum: the step's is the largest of them.
+_MICRO_BATCH_MAXIMA = ("ratio_max",)
+
+
 class TrainerActor(Actor):
     Config = TrainerConfig  # the role map's algorithm: section
 
@@ -233,6 +237,7 @@ class TrainerActor(Actor):
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss_sum, trained_tokens, sums, mismatch_max = 0.0, 0.0, collections.Counter(), 0.0
+        maxima: dict[str, float] = {}
         mb = algo.micro_batch
         starts = list(range(0, len(responses), mb))
         for start in starts + [None] * (self._micro_batches_of_slowest(len(starts)) - len(starts)):
@@ -270,7 +275,12 @@ class TrainerActor(Actor):
             loss_sum += float(loss.detach()) * n_tok
             trained_tokens += n_tok
             for k, v in m.items():
-                sums[k] += float(v) * n_tok
+                if k in _MICRO_BATCH_MAXIMA:
+                    # A zero-weight pass trained on nothing: its maxima are not the step's (but
+                    # the key is there, as on every trainer: _reduce_metrics needs the same keys).
+                    maxima[k] = max(maxima.get(k, 0.0), float(v) if weight else 0.0)
+                elif k != "n_tokens":  # the micro-batch's: the step's is trained_tokens
+                    sums[k] += float(v) * n_tok
         if self.allreduce_grads:
             self._average_grads()
         # The norm over every trainer's shards (a collective under FSDP2), clipped if asked:
@@ -297,8 +307,10 @@ class TrainerActor(Actor):
             "example_id_sqsum": id_sqsum,
             "train_s": time.perf_counter() - t0,
         }
-        # Ratio and KL figures describe the tokens trained on.
+        # Ratio and KL figures describe the tokens trained on: means over them, and maxima.
         metrics.update({k: v / max(trained_tokens, 1) for k, v in sums.items() if k != "loss"})
+        metrics.update(maxima)
+        metrics["trained_tokens"] = trained_tokens
         metrics["logp_mismatch_max"] = mismatch_max
         return metrics
 
@@ -371,8 +383,18 @@ class TrainerActor(Actor):
         dist.all_reduce(t, group=self.dp_group)
         return float(t)
 
-    # Per-rank figures that add up over trainers; the rest are averaged or maxed.
-    _SUMMED = ("tokens", "samples", "trained_samples", "example_id_sum", "example_id_sqsum", "weight_send_bytes")
+    # Per-rank figures that add up over trainers; the rest are maxed, or averaged weighted by
+    # what each rank's figure is a mean over (_MEAN_OVER), so a trainer that had nothing to
+    # train on (its groups all scored the same) does not halve the step's ratio and KL figures.
+    _SUMMED = (
+        "tokens",
+        "samples",
+        "trained_samples",
+        "trained_tokens",
+        "example_id_sum",
+        "example_id_sqsum",
+        "weight_send_bytes",
+    )
     _MAXED = (
         "checkpoint_save_s",
         "nonfinite_skipped",
@@ -384,7 +406,11 @@ class TrainerActor(Actor):
         "trainer_wait_s",
         "pushed_version",
         "logp_mismatch_max",
+        "ratio_max",
     )
+    # Means and what they are means over; any other averaged figure is a mean over the tokens
+    # trained on (the loss module's ratio, clip and KL figures, logp_mismatch_mean).
+    _MEAN_OVER = {"loss": "tokens", "reward_mean": "samples", "staleness_mean": "samples", "grad_norm": None}
 
     def _reduce_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
         if self.dp_group is None:
@@ -394,12 +420,24 @@ class TrainerActor(Actor):
         summed, maxed = t.clone(), t.clone()
         dist.all_reduce(summed, group=self.dp_group)
         dist.all_reduce(maxed, op=dist.ReduceOp.MAX, group=self.dp_group)
+        # Weighted means: all-reduce each figure times its rank's weight, then divide by the
+        # summed weight (a plain mean when no rank has any weight, or for a figure every rank
+        # shares, like the global gradient norm).
+        weights = torch.tensor(
+            [metrics.get(self._MEAN_OVER.get(k, "trained_tokens")) or 0.0 for k in keys], dtype=torch.float64
+        )
+        shared = torch.tensor([self._MEAN_OVER.get(k, "") is None for k in keys])
+        weighted = torch.cat([t * weights, weights])
+        dist.all_reduce(weighted, group=self.dp_group)
         out = {}
         for i, k in enumerate(keys):
+            total_weight = float(weighted[len(keys) + i])
             if k in self._SUMMED:
                 out[k] = float(summed[i])
             elif k in self._MAXED:
                 out[k] = float(maxed[i])
+            elif total_weight > 0 and not shared[i]:
+                out[k] = float(weighted[i]) / total_weight
             else:
                 out[k] = float(summed[i]) / self.n_trainers
         return out

@@ -149,11 +149,11 @@ def test_trainers_skip_all_equal_groups_without_losing_step(base_config, layout)
         1: groups([[1, 1, 1, 1], [0, 0, 0, 0], [1, 1, 1, 1]]),
     }
 
-    def trainer(model, skip, n_trainers, dp_group, replicas=False):
+    def trainer(model, skip, n_trainers, dp_group, replicas=False, micro_batch=4):
         raw = copy.deepcopy(base_config)
         raw["world"]["trainer"] = n_trainers
         raw["rollout"]["prompts_per_step"] = 6
-        raw["algorithm"].update({"skip_zero_advantage": skip, "micro_batch": 4, "lr": 1e-2})
+        raw["algorithm"].update({"skip_zero_advantage": skip, "micro_batch": micro_batch, "lr": 1e-2})
         table = SimpleNamespace(rank=rank, role="trainer", index=0, size=lambda role: 0)
         policy = SimpleNamespace(model=model, local_params=lambda: [])
         cfg = config.parse(raw)
@@ -175,13 +175,17 @@ def test_trainers_skip_all_equal_groups_without_losing_step(base_config, layout)
             replicas = layout == "replicas"
             model = tiny_llama() if replicas else shard_model(tiny_llama(), group)
             actor = trainer(model, True, 2, group, replicas)
-            m = actor._reduce_metrics(actor.train_on(share[rank]))
+            local = actor.train_on(share[rank])
+            m = actor._reduce_metrics(local)
             state = {k: v.detach().clone() for k, v in model.named_parameters()} if replicas else full_state(model)
-            result = (m["trained_samples"], state)
+            result = (m["trained_samples"], state, local, m)
         elif rank == REFERENCE:
             model = tiny_llama()
             m = trainer(model, False, 1, None).train_on(share[0] + share[1])
-            result = (m["trained_samples"], {k: v.detach().clone() for k, v in model.named_parameters()})
+            # What the step's figures must be: the trained groups (trainer 0's share) in one
+            # micro-batch, so each maximum is taken over every token at once.
+            alone = trainer(tiny_llama(), True, 1, None, micro_batch=12).train_on(share[0])
+            result = (m["trained_samples"], {k: v.detach().clone() for k, v in model.named_parameters()}, alone)
     except Exception:
         err = f"rank {rank}:\n{traceback.format_exc()}"
     everyone = comm.allgather((result, err))
@@ -189,8 +193,18 @@ def test_trainers_skip_all_equal_groups_without_losing_step(base_config, layout)
     if errors:
         pytest.fail("\n".join(errors))
 
-    ref_trained, ref_state = everyone[REFERENCE][0]
+    ref_trained, ref_state, alone = everyone[REFERENCE][0]
     assert ref_trained == 24 and [everyone[t][0][0] for t in TRAINERS] == [12, 12]  # summed
+    # The step's ratio and KL figures are those of the tokens trained on, wherever they were
+    # (trainer 1 trained on nothing: an average over the two trainers halved them).
+    local, reduced = [everyone[t][0][2] for t in TRAINERS], everyone[TRAINERS[0]][0][3]
+    for key in ("ratio_mean", "ratio_max", "clip_frac", "kl_mu_pi", "logp_mismatch_mean", "logp_mismatch_max"):
+        assert reduced[key] == pytest.approx(alone[key], rel=1e-5), key
+    assert reduced["ratio_max"] >= reduced["ratio_mean"] > 0
+    assert reduced["trained_tokens"] == alone["trained_tokens"] > 0
+    # The loss is the token mean over every sample of the step (skipped ones count 0).
+    tokens = [m["tokens"] for m in local]
+    assert reduced["loss"] == pytest.approx(sum(m["loss"] * n for m, n in zip(local, tokens)) / sum(tokens))
     init = dict(tiny_llama().named_parameters())
     assert any(not torch.equal(init[k], v) for k, v in ref_state.items())
     for t in TRAINERS:
