@@ -245,3 +245,25 @@ def test_an_int8_engine_requantizes_what_each_sync_brings(model_dirs, prompts):
 def test_an_unknown_quantization_is_refused(model_dirs):
     with pytest.raises(ValueError, match="unknown quantization 'int3'"):
         TorchEngine(model_dirs[0], quantization="int3")
+
+
+def test_int8_keeps_a_tied_output_layer_tied_whatever_its_name(tmp_path):
+    """GPT-2's output layer is its ``transformer.wte`` (no "embed" in the name): it must stay in
+    full precision and tied, so a sync of the embedding moves the output layer with it."""
+    from torchao.quantization import Int8Tensor
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(n_embd=32, n_layer=1, n_head=2, n_positions=32, vocab_size=50, bos_token_id=1, eos_token_id=2)
+    dirs = []
+    for seed in (0, 1):
+        torch.manual_seed(seed)
+        GPT2LMHeadModel(cfg).save_pretrained(tmp_path / str(seed))
+        dirs.append(tmp_path / str(seed))
+    engine = TorchEngine(dirs[0], quantization="int8")
+    model = engine.model
+    assert model.lm_head.weight is model.transformer.wte.weight
+    assert not isinstance(model.lm_head.weight, Int8Tensor)
+    source = AutoModelForCausalLM.from_pretrained(dirs[1])
+    engine.load_weights(source.named_parameters())
+    assert model.lm_head.weight is model.transformer.wte.weight
+    assert torch.equal(model.lm_head.weight, source.lm_head.weight)

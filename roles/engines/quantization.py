@@ -36,7 +36,11 @@ class Int8WeightOnly:
 
     def __init__(self, model: torch.nn.Module):
         self.model = model
-        tied = {id(p) for name, p in model.named_parameters() if "embed" in name}
+        # A weight held by two modules is tied (GPT-2's lm_head is its ``transformer.wte``,
+        # Llama's its ``embed_tokens``): whatever the names, it stays in full precision.
+        seen, tied = set(), set()
+        for _, p in model.named_parameters(remove_duplicate=False):
+            (tied if id(p) in seen else seen).add(id(p))
         self.layers = {
             f"{name}.weight": module
             for name, module in model.named_modules()
