@@ -90,6 +90,13 @@ def main(argv: list[str] | None = None) -> None:
             print(f"mpirl: {message}", file=sys.stderr, flush=True)
         sys.exit(code)
 
+    if world.Get_rank() == 0:  # every rank has read the role map: its copy for report and advise
+        from launch.run_folder import record_role_map
+
+        try:
+            record_role_map(args.config, cfg.run.out)
+        except OSError as e:  # the run's own files matter more than this copy
+            print(f"mpirl: warning: could not copy the role map into {cfg.run.out}: {e}", file=sys.stderr, flush=True)
     if world.Get_rank() != 0:
         from launch.job import Preflight
 

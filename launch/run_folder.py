@@ -33,3 +33,25 @@ def check_run_folder(cfg: RoleMap, create: bool = True) -> Path:
     except OSError as e:
         raise ConfigError(f"run.out: cannot write in {str(out)!r}: {e.strerror or e}") from None
     return out
+
+
+ROLE_MAP_COPY = "config.yaml"
+
+
+def record_role_map(source: str | Path, out: str | Path) -> Path | None:
+    """Copy the role map the job was started with into ``run.out/config.yaml``, where ``mpirl
+    report`` and ``mpirl advise`` read a run's settings; returns the copy (None when ``source``
+    already is that file, as for the demos, which write their role map there).
+
+    The user's own text, comments included; replaced atomically, so a resumed run's copy is
+    always a whole file, that of its latest start. Call on one rank, once every rank has read
+    ``source``.
+    """
+    target = Path(out) / ROLE_MAP_COPY
+    source = Path(source)
+    if target.exists() and os.path.samefile(source, target):
+        return None
+    with tempfile.NamedTemporaryFile("wb", dir=target.parent, prefix=".config.yaml-", delete=False) as f:
+        f.write(source.read_bytes())
+    os.replace(f.name, target)
+    return target

@@ -43,12 +43,14 @@ def test_a_job_feeds_tensorboard_wandb_and_samples_the_same_numbers(tmp_path, sf
             "progress_every_s": 1e-6,  # a line per step (two steps can end within 10 ms): each is checked below
         },
     }
-    cfg_path = recipe.write_config(CONFIG, out, overrides)
+    # The role map outside run.out, as a user's: the job copies it there for report and advise.
+    cfg_path = recipe.write_config(CONFIG, tmp_path / "role-map", overrides)
     env = {"WANDB_MODE": "offline", "WANDB_SILENT": "true", "WANDB_API_KEY": ""}
     done = run_job_capturing(cfg_path, env)
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     metrics = recipe.read_metrics(out)
     assert [m["step"] for m in metrics] == list(range(steps))
+    assert (out / "config.yaml").read_text() == cfg_path.read_text()
 
     # TensorBoard: the event files hold metrics.jsonl's numbers under the grouped names.
     tb = tensorboard_scalars(out / "tensorboard")
