@@ -179,7 +179,9 @@ def run_forwarding_signals(cmd: list[str], env: dict) -> tuple[int, str, bool]:
         signal.signal(s, forward)
     code = proc.wait()
     pumping.join(timeout=10)
-    return code, tail.decode(errors="replace"), signals_seen > 0
+    # Killed by a signal: the shell's convention, 128 + the signal (SIGKILL: 137), not what
+    # sys.exit would make of Popen's negative code (-9: 247).
+    return (128 - code if code < 0 else code), tail.decode(errors="replace"), signals_seen > 0
 
 
 def cmd_trace(args) -> int:

@@ -217,3 +217,11 @@ tree.warning("some other pytree warning")
     run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     assert run.stderr.splitlines() == ["torchao: some other warning", "some other pytree warning"]
+
+
+def test_a_launcher_killed_by_a_signal_is_reported_as_128_plus_the_signal():
+    # mpiexec SIGKILLed: the shell's 137, not the 247 sys.exit makes of Popen's -9.
+    code, _, signalled = cli.run_forwarding_signals([sys.executable, "-c", "import os; os.kill(os.getpid(), 9)"], None)
+    assert (code, signalled) == (137, False)
+    code, _, _ = cli.run_forwarding_signals([sys.executable, "-c", "raise SystemExit(3)"], None)
+    assert code == 3
