@@ -171,12 +171,12 @@ class RoleMap(Section):
             if new >= context:
                 raise ValueError(
                     f"{which} ({new}) leaves no room for a prompt in "
-                    f"the model's context of {context} tokens (max_position_embeddings)"
+                    f"the model's context of {context} tokens (its config.json)"
                 )
             if limit is not None and limit + new > context:
                 raise ValueError(
                     f"task.max_prompt_tokens ({limit}) + {which} ({new}) "
-                    f"exceeds the model's context of {context} tokens (max_position_embeddings)"
+                    f"exceeds the model's context of {context} tokens (its config.json)"
                 )
         return self
 

@@ -22,10 +22,17 @@ class PreparedData:
     eval_prompts: dict[int, np.ndarray]  # the examples an eval round sends, in order
     stats: dict = field(default_factory=dict)  # counts logged with every step and in the summary
     tokenizer_class: str | None = None  # roles.tokenizer.class_ref_of: what the reward ranks load
+    eval_split: int = 0  # the task's eval examples (eval_files, eval_fraction), used or not
 
     def describe(self, task_name: str) -> str:
         s = self.stats
-        text = f"task {task_name}: {s['train_examples']} train / {s['eval_examples']} eval examples"
+        if s["eval_examples"] or not self.eval_split:
+            text = f"task {task_name}: {s['train_examples']} train / {s['eval_examples']} eval examples"
+        else:  # evaluation is off (on, an eval without prompts is refused): the split goes unused
+            text = (
+                f"task {task_name}: {s['train_examples']} train examples; the {self.eval_split} eval "
+                "examples are read but unused: evaluation is off (eval.every_steps 0)"
+            )
         if s["prompts_too_long"] or s["eval_prompts_too_long"]:
             text += (
                 f"; left out for length (> {s['prompt_token_limit']} tokens): "
@@ -109,4 +116,4 @@ def prepare_data(cfg: RoleMap, tokenizer=None) -> PreparedData:
         check_memory(cfg, longest_prompt=stats["longest_prompt"])
     except ValueError as e:
         raise ConfigError(f"task: with prompts of up to {stats['longest_prompt']} tokens, {e}") from None
-    return PreparedData(train.ids, evals.ids, stats, tokenizer_class)
+    return PreparedData(train.ids, evals.ids, stats, tokenizer_class, eval_split=len(eval_examples))

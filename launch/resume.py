@@ -5,14 +5,14 @@ none; otherwise the path of one checkpoint. A checkpoint records the role map it
 with; resuming is refused where a change would make the continuation wrong — another model,
 another task or data, another seed, a colocated layout for a disaggregated one — and allowed
 where it is harmless (more or fewer steps, eval and checkpoint intervals, logging, the number
-of trainers or generators: torch.distributed.checkpoint reshards the policy).
+of trainers or generators: torch.distributed.checkpoint reshards the policy). A checkpoint whose
+controller.json, config.yaml or random-state files are damaged is refused the same way (exit
+2), naming the file and the checkpoint before it; nothing is removed.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import yaml
 
 from launch.config import ConfigError, RoleMap
 from roles import checkpoint
@@ -34,7 +34,7 @@ def _get(data: dict, dotted: str):
 
 def check_compatible(cfg: RoleMap, path: Path) -> None:
     """Raise ConfigError naming the first field that differs from the checkpoint's role map."""
-    saved = yaml.safe_load((path / "config.yaml").read_text())
+    saved = checkpoint.read_saved_config(path)
     now = cfg.model_dump(mode="json")
     for field, why in MUST_MATCH.items():
         if field == "world.colocated.ranks":
@@ -61,5 +61,18 @@ def find_resume(cfg: RoleMap) -> checkpoint.Resume | None:
         path = checkpoint.resolve(mode)
         if not checkpoint.is_complete(path):
             raise ConfigError(f"run.resume: {mode!r} is not a complete checkpoint (no {checkpoint.COMPLETE} file)")
+    try:
+        checkpoint.check_readable(path)  # every small file, before any rank starts
+    except checkpoint.CheckpointIOError as e:
+        raise ConfigError(_damaged(path, e)) from e
     check_compatible(cfg, path)
     return checkpoint.Resume(str(path), checkpoint.steps_done(path))
+
+
+def _damaged(path: Path, error: checkpoint.CheckpointIOError) -> str:
+    """The refusal of a damaged checkpoint: which file, what is wrong, and how to go on. Nothing
+    is removed: the checkpoint stays for the user to look at."""
+    older = [p for p in checkpoint.complete_checkpoints(path.parent) if p.name < path.name]
+    ways = [f"run.resume: {older[-1]} (the one before)"] if older else []
+    ways.append("run.resume: never (start afresh)")
+    return f"run.resume: checkpoint {path} cannot be resumed: {error}; set {', or '.join(ways)}"

@@ -17,7 +17,6 @@ fit there; the message says which machine it measured.
 from __future__ import annotations
 
 import functools
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,30 +41,24 @@ class ModelShape:
     vocab: int | None
 
 
-def _int(data: dict, key: str) -> int | None:
-    v = data.get(key)
-    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
-
-
 @functools.lru_cache(maxsize=16)
 def _shape_of(path: str, stamp: tuple) -> ModelShape:
-    folder = Path(path)
-    try:
-        data = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError):
-        data = {}
-    if not isinstance(data, dict):
-        data = {}
-    if isinstance(data.get("text_config"), dict):  # multimodal configs nest the LM's
-        data = {**data, **data["text_config"]}
-    heads, hidden = _int(data, "num_attention_heads"), _int(data, "hidden_size")
-    head_dim = _int(data, "head_dim") or (hidden // heads if hidden and heads else None)
-    kv_heads = _int(data, "num_key_value_heads") or heads
+    # The families' names for each size (GPT-2 ``n_layer``, MPT ``d_model``...) resolve in one
+    # place, shared with the context check: roles.models.CONFIG_ALIASES.
+    from roles.models import config_int, read_lm_config
+
+    data = read_lm_config(path)
+    heads, hidden = config_int(data, "num_attention_heads"), config_int(data, "hidden_size")
+    head_dim = config_int(data, "head_dim") or (hidden // heads if hidden and heads else None)
+    if data.get("multi_query") is True and not data.get("new_decoder_architecture"):
+        kv_heads = 1  # GPT-BigCode, Falcon-7B: one key/value head shared by all
+    else:
+        kv_heads = config_int(data, "num_key_value_heads") or heads
     return ModelShape(
-        params=_safetensors_params(folder),
-        layers=_int(data, "num_hidden_layers"),
+        params=_safetensors_params(Path(path)),
+        layers=config_int(data, "num_hidden_layers"),
         kv_width=kv_heads * head_dim if kv_heads and head_dim else None,
-        vocab=_int(data, "vocab_size"),
+        vocab=config_int(data, "vocab_size"),
     )
 
 

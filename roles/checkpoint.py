@@ -122,8 +122,7 @@ def load_rng(path: str | Path, rank: int) -> bool:
     """Restore this rank's random states from checkpoint ``path``; False if it holds none for ``rank``."""
     f = rng_file(path, rank)
     if f.is_file():
-        with open(f, "rb") as fh:
-            set_rng_state(pickle.load(fh))
+        set_rng_state(read_rng(f))
         return True
     old = _torch_rng_file(path, rank)
     if not old.is_file():
@@ -132,6 +131,20 @@ def load_rng(path: str | Path, rank: int) -> bool:
 
     set_rng_state(torch.load(old, weights_only=False))
     return True
+
+
+def read_rng(f: Path) -> dict:
+    """The random states in rng file ``f``; CheckpointIOError naming it when it is damaged."""
+    try:
+        with open(f, "rb") as fh:
+            state = pickle.load(fh)
+    except OSError as e:
+        raise CheckpointIOError(f"{f}: cannot be read ({e.strerror or e})") from e
+    except Exception as e:  # noqa: BLE001 - a damaged pickle raises any of a dozen types
+        raise CheckpointIOError(f"{f}: damaged ({type(e).__name__}: {e})") from e
+    if not isinstance(state, dict) or "python" not in state or "numpy" not in state:
+        raise CheckpointIOError(f"{f}: damaged (no Python and numpy random states in it)")
+    return state
 
 
 @contextlib.contextmanager
@@ -143,7 +156,10 @@ def _single_process_is_meant():
 
 
 class CheckpointIOError(RuntimeError):
-    """A trainer-state save or load failed; the message names each failing rank's own error."""
+    """A checkpoint cannot be written or read: a trainer-state save or load that failed (the
+    message names each failing rank's own error), or a damaged small file of a checkpoint
+    (``controller.json``, ``config.yaml``, ``rng/*.pkl``: the message names the file and what is
+    wrong with it)."""
 
 
 @contextlib.contextmanager
@@ -301,7 +317,6 @@ def export_hf(path: str | Path, out: str | Path) -> Path:
     them, are read into one whole model (the optimizer state is not read).
     """
     import torch.distributed.checkpoint as dcp
-    import yaml
     from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
     from roles.models import ModelConfig
@@ -311,7 +326,7 @@ def export_hf(path: str | Path, out: str | Path) -> Path:
     path = Path(path)
     if not is_complete(path):
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {COMPLETE} file)")
-    saved = yaml.safe_load((path / "config.yaml").read_text())
+    saved = read_saved_config(path)
     # The architecture and tokenizer come from the run's model folder; the weights from here.
     model_cfg = ModelConfig.model_construct(**saved["model"])
     model = load_model(model_cfg)
@@ -348,8 +363,71 @@ def newest(root: str | Path) -> Path | None:
     return done[-1] if done else None
 
 
+# ------------------------------------------------------------------------------ reading
+#
+# A checkpoint's small files are read on rank 0 before any rank starts (launch/resume.py calls
+# check_readable): a damaged one is a CheckpointIOError naming the file, not a traceback from
+# deep inside a rank that has already begun.
+
+
+def _read_text(f: Path) -> str:
+    try:
+        return f.read_text()
+    except OSError as e:
+        raise CheckpointIOError(f"{f}: cannot be read ({e.strerror or e})") from e
+    except UnicodeDecodeError as e:
+        raise CheckpointIOError(f"{f}: damaged (not text: {e.reason} at byte {e.start})") from e
+
+
+def read_controller_state(path: str | Path) -> dict:
+    """``controller.json`` of checkpoint ``path``, checked: a JSON object with a whole
+    ``steps_done`` (the step its folder is named after), a ``position`` and ``next_eval_group``."""
+    f = Path(path) / "controller.json"
+    try:
+        state = json.loads(_read_text(f))
+    except ValueError as e:
+        raise CheckpointIOError(f"{f}: damaged (not valid JSON: {e})") from e
+    if not isinstance(state, dict):
+        raise CheckpointIOError(f"{f}: damaged (a JSON {type(state).__name__}, not an object)")
+    steps = state.get("steps_done")
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 0:
+        raise CheckpointIOError(f"{f}: damaged (steps_done is {steps!r}, not a count of steps)")
+    if Path(path).name.startswith("step-") and Path(path).name != step_name(steps):
+        raise CheckpointIOError(f"{f}: damaged (steps_done is {steps}, but the folder is {Path(path).name})")
+    for key in ("position", "next_eval_group"):
+        if key not in state:
+            raise CheckpointIOError(f"{f}: damaged (no {key!r} in it)")
+    if not isinstance(state["position"], dict):
+        raise CheckpointIOError(f"{f}: damaged (position is not an object)")
+    return state
+
+
+def read_saved_config(path: str | Path) -> dict:
+    """The role map checkpoint ``path`` was written with (its ``config.yaml``), as a dict."""
+    import yaml
+
+    f = Path(path) / "config.yaml"
+    try:
+        saved = yaml.safe_load(_read_text(f))
+    except yaml.YAMLError as e:
+        raise CheckpointIOError(f"{f}: damaged (not valid YAML: {' '.join(str(e).split())})") from e
+    if not isinstance(saved, dict):
+        raise CheckpointIOError(f"{f}: damaged (not a role map but a {type(saved).__name__})")
+    return saved
+
+
+def check_readable(path: str | Path) -> None:
+    """CheckpointIOError naming the first damaged small file of checkpoint ``path``: its
+    ``controller.json``, ``config.yaml`` and every rank's ``rng/rank-*.pkl``. The trainers'
+    shards are read, and a damaged one named, by the trainers themselves (load_trainer_state)."""
+    read_controller_state(path)
+    read_saved_config(path)
+    for f in sorted((Path(path) / "rng").glob("rank-*.pkl")):
+        read_rng(f)
+
+
 def steps_done(path: str | Path) -> int:
-    return int(json.loads((Path(path) / "controller.json").read_text())["steps_done"])
+    return read_controller_state(path)["steps_done"]
 
 
 @dataclass(frozen=True)
@@ -360,4 +438,4 @@ class Resume:
     steps_done: int
 
     def controller_state(self) -> dict:
-        return json.loads((Path(self.path) / "controller.json").read_text())
+        return read_controller_state(self.path)

@@ -150,3 +150,53 @@ def test_resume_from_a_path_that_is_no_checkpoint_is_a_config_error(base_config,
     cfg = _run_config(base_config, tmp_path, **{"run.resume": str(tmp_path / "nowhere")})
     with pytest.raises(config.ConfigError, match="run.resume: .* is not a complete checkpoint"):
         find_resume(cfg)
+
+
+@pytest.mark.parametrize(
+    ("file", "content", "what"),
+    [
+        ("controller.json", b'{"broken\n', r"controller\.json: damaged \(not valid JSON: Invalid control character"),
+        ("controller.json", b"", r"controller\.json: damaged \(not valid JSON"),
+        ("controller.json", b"[1, 2]", r"controller\.json: damaged \(a JSON list, not an object\)"),
+        ("controller.json", b'{"steps_done": "4"}', r"controller\.json: damaged \(steps_done is '4'"),
+        ("controller.json", b'{"steps_done": 3, "position": {}, "next_eval_group": 0}', r"but the folder is step-0+4"),
+        ("controller.json", b'{"steps_done": 4}', r"controller\.json: damaged \(no 'position' in it\)"),
+        ("controller.json", b"\xff\xfe\x00", r"controller\.json: damaged \(not text"),
+        ("config.yaml", b"model: [unclosed\n", r"config\.yaml: damaged \(not valid YAML"),
+        ("config.yaml", b"just text\n", r"config\.yaml: damaged \(not a role map but a str\)"),
+        ("rng/rank-00000.pkl", b"\x80\x05garbage", r"rank-00000\.pkl: damaged \(UnpicklingError"),
+        ("rng/rank-00000.pkl", b"", r"rank-00000\.pkl: damaged \(EOFError"),
+    ],
+)
+def test_a_damaged_file_of_the_newest_checkpoint_is_a_config_error_naming_it(
+    base_config, tmp_path, file, content, what
+):
+    cfg = _run_config(base_config, tmp_path)
+    plan = cfg.checkpoints()
+    _write(plan, 2)
+    newest = _write(plan, 4)
+    (newest / file).write_bytes(content)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    with pytest.raises(config.ConfigError, match=what) as e:
+        find_resume(cfg)
+    message = str(e.value)
+    assert f"checkpoint {newest} cannot be resumed: {newest / file}: " in message
+    assert f"run.resume: {newest.parent / 'step-00000002'} (the one before)" in message
+    assert "run.resume: never" in message
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing removed
+    # the one before resumes
+    assert find_resume(_run_config(base_config, tmp_path, **{"run.resume": str(newest.parent / "step-00000002")}))
+
+
+def test_a_damaged_checkpoints_files_are_named_when_read_directly(tmp_path):
+    plan = _plan(tmp_path)
+    path = _write(plan, 3)
+    (path / "controller.json").write_text("{")
+    with pytest.raises(checkpoint.CheckpointIOError, match=r"controller\.json: damaged"):
+        checkpoint.Resume(str(path), 3).controller_state()
+    checkpoint.rng_file(path, 0).write_bytes(b"nonsense")
+    with pytest.raises(checkpoint.CheckpointIOError, match=r"rank-00000\.pkl: damaged"):
+        checkpoint.load_rng(path, 0)
+    (path / "config.yaml").unlink()
+    with pytest.raises(checkpoint.CheckpointIOError, match=r"config\.yaml: cannot be read \(No such file"):
+        checkpoint.read_saved_config(path)

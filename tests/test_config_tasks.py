@@ -215,6 +215,20 @@ def test_data_is_prepared_with_counts(bpe_config, gsm8k_files):
     assert text.startswith("<|im_start|>user\nAnn has 0 pens") and text.endswith("<|im_start|>assistant\n")
 
 
+def test_the_data_line_says_when_the_eval_split_goes_unused(bpe_config, gsm8k_files):
+    train, test = map(str, gsm8k_files)
+    task = {"name": "gsm8k", "train_files": [train], "eval_files": [test]}
+    off = prepare_data(parse(bpe_config, task=task))
+    assert off.stats["eval_examples"] == 0 and off.eval_split == 3
+    assert off.describe("gsm8k").startswith(
+        "task gsm8k: 7 train examples; the 3 eval examples are read but unused: evaluation is off (eval.every_steps 0)"
+    )
+    on = prepare_data(parse(bpe_config, task=task, eval={"every_steps": 2, "examples": 2}))
+    assert on.describe("gsm8k").startswith("task gsm8k: 7 train / 2 eval examples")
+    none = prepare_data(parse(bpe_config, task={"name": "gsm8k", "train_files": [train]}))
+    assert none.describe("gsm8k").startswith("task gsm8k: 7 train / 0 eval examples")
+
+
 def test_a_prompt_the_tokenizer_cannot_encode_is_named(base_config, gsm8k_files):
     cfg = parse(base_config, task={"name": "gsm8k", "train_files": [str(gsm8k_files[0])]})  # char tokenizer
     with pytest.raises(config.ConfigError, match=r"cannot encode the prompt of example 0"):
@@ -260,7 +274,8 @@ def test_mpirl_check_reads_the_data(bpe_config, gsm8k_files, write_config, tmp_p
     raw["task"] = {"name": "gsm8k", "train_files": [train], "eval_files": [test]}
     out = _check(write_config(raw))
     assert out.returncode == 0, out.stderr
-    assert "task gsm8k: 7 train / 0 eval examples" in out.stdout
+    # eval is off: the eval file is read (and checked) but not used, and the line says so
+    assert "task gsm8k: 7 train examples; the 3 eval examples are read but unused: evaluation is off" in out.stdout
     raw["task"]["train_files"] = [str(tmp_path / "gone.parquet")]
     out = _check(write_config(raw))
     assert out.returncode == 2 and "Traceback" not in out.stderr

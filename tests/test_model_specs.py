@@ -197,6 +197,37 @@ def test_model_config(tmp_path):
     assert ModelConfig(path=str(nested)).context_length() is None
 
 
+def test_the_context_is_read_under_each_familys_name(tmp_path):
+    """GPT-2 says n_positions, MPT max_seq_len...: each is the context, as transformers' attribute_map has it."""
+    d = tmp_path / "m"
+    d.mkdir()
+    for data, context in [
+        ({"model_type": "gpt2", "n_positions": 256, "n_ctx": 1024}, 256),
+        ({"model_type": "gpt2", "n_ctx": 1024}, 1024),
+        ({"model_type": "mpt", "max_seq_len": 2048}, 2048),
+        ({"model_type": "chatglm", "seq_length": 8192}, 8192),
+        ({"model_type": "qwen", "max_position_embeddings": 32768, "seq_length": 8192}, 32768),  # standard name first
+        ({"text_config": {"model_type": "gpt2", "n_positions": 64}}, 64),
+        ({"model_type": "gpt2", "n_positions": True}, None),
+    ]:
+        (d / "config.json").write_text(json.dumps(data))
+        assert ModelConfig(path=str(d)).context_length() == context, data
+
+
+def test_gpt2s_context_limits_the_prompts(base_config, tmp_path):
+    from launch import config
+
+    d = tmp_path / "gpt2"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_positions": 256}))
+    base_config["model"]["path"] = str(d)
+    base_config["rollout"]["max_new_tokens"] = 200
+    assert config.parse(base_config).prompt_token_limit() == 56
+    base_config["rollout"]["max_new_tokens"] = 256
+    with pytest.raises(config.ConfigError, match="leaves no room for a prompt in the model's context of 256"):
+        config.parse(base_config)
+
+
 def _error(**kw) -> str:
     with pytest.raises(ValidationError) as info:
         ModelConfig(**kw)

@@ -125,6 +125,31 @@ def test_weights_and_adamw_state_are_shared_out_over_the_trainers(base_config, t
     )
 
 
+def test_other_families_names_for_the_shapes_are_read(dummy_model):
+    """GPT-2's n_layer/n_embd/n_head (and MPT's, Falcon's...) size the KV cache as Llama's names do."""
+    llama = {"num_hidden_layers": 48, "hidden_size": 2048, "num_attention_heads": 16, "vocab_size": 512}
+    gpt2 = {"model_type": "gpt2", "n_layer": 48, "n_embd": 2048, "n_head": 16, "n_inner": None, "vocab_size": 512}
+    mpt = {"model_type": "mpt", "n_layers": 48, "d_model": 2048, "n_heads": 16, "vocab_size": 512}
+    shapes = []
+    for data in (llama, gpt2, mpt):
+        (dummy_model / "config.json").write_text(json.dumps(data))
+        shapes.append(sizing.model_shape(str(dummy_model)))
+    assert shapes[0] == shapes[1] == shapes[2] == sizing.ModelShape(None, 48, 2048, 512)
+    # multi-query attention (GPT-BigCode, Falcon-7B): one key/value head
+    falcon = {"model_type": "falcon", "n_layer": 32, "hidden_size": 4544, "n_head": 71, "multi_query": True}
+    (dummy_model / "config.json").write_text(json.dumps(falcon))
+    assert sizing.model_shape(str(dummy_model)).kv_width == 64
+
+
+def test_a_gpt2_shaped_model_is_refused_like_the_llama_of_the_same_shapes(base_config, dummy_model, monkeypatch):
+    monkeypatch.setattr(sizing, "machine_memory", lambda: 64 * GIB)
+    sections = {"rollout": {"prompts_per_step": 64, "samples_per_prompt": 8, "max_new_tokens": 16000}}
+    gpt2 = {"model_type": "gpt2", "n_layer": 48, "n_embd": 2048, "n_head": 16, "n_positions": 32768}
+    (dummy_model / "config.json").write_text(json.dumps(gpt2))
+    with pytest.raises(config.ConfigError, match=r"one generator rank needs at least .*KV cache"):
+        parse(base_config, **sections)
+
+
 def test_the_machine_memory_is_this_hosts():
     with open("/proc/meminfo") as f:
         total_kib = int(next(line for line in f if line.startswith("MemTotal:")).split()[1])

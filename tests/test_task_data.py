@@ -334,6 +334,22 @@ def test_invalid_json_names_its_line(tmp_path):
     assert msg.startswith(f"task.train_files[0]: {path}: line 3: invalid JSON at column 29: Expecting value")
 
 
+def test_a_json_line_cut_short_names_the_end_of_that_line(tmp_path):
+    """The error is at the line's end, not "column 1" (of the newline's next line)."""
+    path = tmp_path / "a.jsonl"
+    path.write_text(
+        json.dumps(GSM_ROWS[0]) + "\n" + '{"question": "x", "answer": "y"\n' + json.dumps(GSM_ROWS[0]) + "\n"
+    )
+    msg = data_error("gsm8k", train_files=[str(path)])
+    assert msg.startswith(
+        f"task.train_files[0]: {path}: line 2: invalid JSON at column 32 (the end of the line): Expecting ',' delimiter"
+    )
+    path.write_bytes(json.dumps(GSM_ROWS[0]).encode() + b"\r\n" + b'{"question": "x", \r\n')
+    assert data_error("gsm8k", train_files=[str(path)]).startswith(
+        f"task.train_files[0]: {path}: line 2: invalid JSON at column 19 (the end of the line): Expecting property"
+    )
+
+
 def test_json_that_is_not_one_object_per_line(tmp_path):
     pretty = tmp_path / "a.json"
     pretty.write_text(json.dumps(GSM_ROWS[0], indent=2))

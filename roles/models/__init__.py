@@ -28,12 +28,15 @@ if TYPE_CHECKING:
     from transports.weights.plan import Need
 
 __all__ = [
+    "CONFIG_ALIASES",
     "GENERIC",
     "MODEL_SPECS",
     "Dtype",
     "ModelConfig",
     "ModelSpec",
+    "config_int",
     "layers_by_name",
+    "read_lm_config",
     "spec_for",
     "torch_dtype",
     "tp_need",
@@ -90,6 +93,58 @@ def torch_dtype(name: str) -> torch.dtype:
     return getattr(torch, name)
 
 
+# ------------------------------------------------------------- config.json sizes
+
+# The standard name of a size in a Hugging Face config.json, then the names families use for it
+# (GPT-2 ``n_positions``/``n_layer``/``n_embd``/``n_head``, MPT ``max_seq_len``/``d_model``/
+# ``n_layers``/``n_heads``, Bloom and old Falcon ``n_embed``/``n_head_kv``, OPT ``ffn_dim``...).
+# transformers resolves these through each configuration class's ``attribute_map`` (and a few
+# ``__init__`` keywords), but importing any configuration class imports torch, which the
+# controller rank must not (this package is imported by the role-map parser). So this table
+# copies the aliases of transformers' causal-LM families (5.x); the first name present wins.
+CONFIG_ALIASES: dict[str, tuple[str, ...]] = {
+    "max_position_embeddings": (
+        "max_position_embeddings",
+        "n_positions",
+        "n_ctx",
+        "max_seq_len",
+        "seq_length",
+        "max_sequence_length",
+    ),
+    "num_hidden_layers": ("num_hidden_layers", "n_layer", "n_layers", "num_layers"),
+    "hidden_size": ("hidden_size", "n_embd", "n_embed", "d_model"),
+    "num_attention_heads": ("num_attention_heads", "n_head", "n_heads", "num_heads"),
+    "num_key_value_heads": ("num_key_value_heads", "num_kv_heads", "n_head_kv"),
+    "head_dim": ("head_dim", "kv_channels", "attention_head_dim"),
+    "intermediate_size": ("intermediate_size", "ffn_dim", "n_inner", "ffn_hidden_size"),
+    "vocab_size": ("vocab_size", "padded_vocab_size"),
+}
+
+
+def read_lm_config(path: str | Path) -> dict:
+    """The language model's part of ``path/config.json`` ({} when unreadable): a multimodal
+    config's ``text_config`` laid over the top level."""
+    try:
+        data = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    if isinstance(data.get("text_config"), dict):  # multimodal configs nest the LM's
+        data = {**data, **data["text_config"]}
+    return data
+
+
+def config_int(data: Mapping, name: str) -> int | None:
+    """The positive integer a config.json dict gives for the standard size ``name``, under its
+    own name or a family's alias (:data:`CONFIG_ALIASES`); None when none is given."""
+    for key in CONFIG_ALIASES.get(name, (name,)):
+        v = data.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
 # ------------------------------------------------------------------- model: section
 
 
@@ -108,15 +163,9 @@ class ModelConfig(Section):
         return v
 
     def context_length(self) -> int | None:
-        """``max_position_embeddings`` of the model's config.json (None when it has none)."""
-        try:
-            data = json.loads((Path(self.path) / "config.json").read_text())
-        except (OSError, ValueError):
-            return None
-        if isinstance(data.get("text_config"), dict):  # multimodal configs nest the LM's
-            data = {**data, **data["text_config"]}
-        n = data.get("max_position_embeddings")
-        return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+        """The model's context (``max_position_embeddings`` or the family's name for it, e.g.
+        GPT-2's ``n_positions``) from its config.json; None when it states none."""
+        return config_int(read_lm_config(self.path), "max_position_embeddings")
 
     def torch_dtype(self) -> torch.dtype:
         return torch_dtype(self.dtype)

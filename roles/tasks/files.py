@@ -208,12 +208,12 @@ def _json_lines(lines, field: str, path, hint: bool):
     for n, line in enumerate(lines, start=1):
         if not line.strip():  # blank lines (a trailing one, above all) are not rows
             continue
+        line = line.rstrip("\r\n")  # else an error at the line's end is "column 1" of the next
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
-            raise TaskDataError(
-                _name(field, path, f"line {n}: invalid JSON at column {e.colno}: {e.msg}{tip}")
-            ) from None
+            where = f"column {e.colno}" + (" (the end of the line)" if e.pos >= len(line) else "")
+            raise TaskDataError(_name(field, path, f"line {n}: invalid JSON at {where}: {e.msg}{tip}")) from None
         if not isinstance(obj, dict):
             raise TaskDataError(
                 _name(field, path, f"line {n}: a JSON {_json_type(obj)}, where each line holds one object{tip}")
