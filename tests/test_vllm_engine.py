@@ -256,3 +256,56 @@ def test_compiled_engine_matches_trainer_before_and_after_an_update(engine, hf_m
     assert stale.mean() > 50 * max(diff.mean(), 1e-5)
     # ...and the module's eager engine still works beside it.
     assert len(engine.generate(prompts[:1], n=1, sampling=sampling)[0][0].response_ids) > 0
+
+
+@pytest.fixture(scope="module")
+def tied_model_dir(tmp_path_factory):
+    """The tiny Llama with its output head tied to the embedding (``tie_word_embeddings``, as
+    Qwen2, GPT-2, OPT, Gemma): the checkpoint holds the embedding only."""
+    from transformers import LlamaForCausalLM
+
+    from roles.tasks.tiny_llama import llama_config, save_char_tokenizer
+
+    out = tmp_path_factory.mktemp("tiny_tied_llama")
+    tok = save_char_tokenizer(out, ALPHABET)
+    config = llama_config(tok, **{**TINY.kwargs(), "num_layers": 1})
+    config.tie_word_embeddings = True
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(str(out), safe_serialization=True)
+    return out
+
+
+def test_update_of_a_tied_embedding_reaches_the_head(tied_model_dir):
+    """A push that changes only the embedding of a tied model must change vLLM's output head
+    too. vLLM's reload loads (and re-processes) just the embedding the checkpoint names; on
+    CPU the head's oneDNN-packed copy of the shared weight kept the old values, and the
+    log-probs drifted from the trainer's (0.1 here) after every sync."""
+    from transformers import AutoModelForCausalLM
+
+    engine = VllmEngine(VllmEngine.Config(model=str(tied_model_dir), kv_cache_gib=0.25, max_num_seqs=8, seed=0))
+    assert any("lm_head.weight" in group for group in engine._tied[0]), engine._tied  # tied in vLLM too
+    original = AutoModelForCausalLM.from_pretrained(str(tied_model_dir), dtype=torch.float32).eval()
+    assert original.config.tie_word_embeddings
+
+    g = torch.Generator().manual_seed(2)
+    new = []
+    for name, p in original.named_parameters():  # the tied head is not listed: the embedding only
+        p = p.detach().clone()
+        if "embed_tokens" in name:
+            p = p + 0.5 * p.std() * torch.randn(p.shape, generator=g)
+        new.append((name, p))
+    updated = AutoModelForCausalLM.from_pretrained(str(tied_model_dir), dtype=torch.float32).eval()
+    updated.load_state_dict(dict(new), strict=False)
+    assert torch.equal(updated.lm_head.weight, dict(new)["model.embed_tokens.weight"])
+
+    engine.load_weights(new)
+    prompts = _prompts([6, 20], seed=7)
+    sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_new_tokens=12, seed=19)
+    out = engine.generate(prompts, n=4, sampling=sampling, ignore_eos=True)
+    diff = _diffs(out, _trainer_logprobs(updated, prompts, out, 1.0))
+    assert diff.mean() < 1e-3, f"tied head after the update: mean |vLLM - trainer| = {diff.mean():.2e}"
+    stale = _diffs(out, _trainer_logprobs(original, prompts, out, 1.0))
+    assert stale.mean() > 50 * max(diff.mean(), 1e-5)

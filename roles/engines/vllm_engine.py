@@ -15,6 +15,15 @@ Three things make vLLM usable as an RL generator rather than a server:
   re-run ``process_weights_after_loading``, copy back into the original storage) is the
   supported path; it takes Hugging Face names (q_proj, k_proj, v_proj, gate_proj, ...) and
   fuses them itself.
+- Tied heads refreshed. A tied output head (``tie_word_embeddings``: Qwen2, GPT-2, OPT, Gemma,
+  some Llamas) shares its ``weight`` Parameter with the embedding. The checkpoint names only the
+  embedding, so the reload loads and processes the embedding alone and, for the head, just puts
+  the shared (now updated) Parameter back: its post-load processing is not redone. On CPU that
+  processing is a oneDNN prepack of the head (``UnquantizedEmbeddingMethod``), so without a redo
+  the head keeps multiplying by the *old* embedding. After each reload the engine therefore
+  re-runs it for every layer that shares a parameter with another (found by identity, whatever
+  the architecture), and refuses (raises) when a reload broke a tie or a tied layer's processing
+  is not known to be safe to redo. On GPUs (unquantized head) that processing is a no-op.
 - No stale cache. Prefix caching keeps KV blocks of shared prompt prefixes across batches;
   after new weights those blocks are wrong, so every update resets the prefix cache.
 
@@ -80,6 +89,8 @@ class VllmEngine:
         self.updates = 0  # load_weights calls so far
         self._llm = _build_llm(config)
         self._param_names = _checkpoint_names(config.model)
+        # Per worker: groups of "module.param" names holding one shared Parameter (tied head).
+        self._tied = self._llm.collective_rpc(_tied_parameters)
 
     @classmethod
     def from_config(cls, engine, model, *, max_seqs: int, seed: int = 0) -> VllmEngine:
@@ -161,6 +172,13 @@ class VllmEngine:
             )
         # A list, not an iterator: with tensor parallelism the call is shipped to worker processes.
         self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named, "is_checkpoint_format": True})
+        # The reload skips the post-load processing of a head tied to the embedding (module doc).
+        tied = self._llm.collective_rpc(_refresh_tied_layers)
+        if tied != self._tied:
+            raise RuntimeError(
+                f"vLLM's weight reload changed which parameters are shared (tied): {self._tied} before, "
+                f"{tied} after; a tied output head may no longer follow the embedding"
+            )
         if not self._llm.reset_prefix_cache():
             raise RuntimeError("vLLM refused to reset its prefix cache (requests still running?)")
         self.last_update_s = time.perf_counter() - t0
@@ -181,6 +199,51 @@ def _sample(c) -> Sample:
     if reason not in ("stop", "length"):
         raise RuntimeError(f"vLLM finished a sample with {reason!r} (aborted request?)")
     return Sample(response_ids=ids, logprobs=lp, finish_reason=reason)
+
+
+def _tied_groups(model: torch.nn.Module) -> list[list[tuple[str, str]]]:
+    """(module, parameter) names of each Parameter that two or more of ``model``'s layers hold."""
+    holders: dict[int, list[tuple[str, str]]] = {}
+    for module_name, module in model.named_modules():
+        for param_name, param in module.named_parameters(recurse=False):
+            holders.setdefault(id(param), []).append((module_name, param_name))
+    return [group for group in holders.values() if len(group) > 1]
+
+
+def _tied_parameters(worker) -> list[list[str]]:
+    """Worker side (``collective_rpc``): the model's tied parameters, as "module.param" names."""
+    return [[f"{m}.{p}" for m, p in group] for group in _tied_groups(worker.get_model())]
+
+
+def _refresh_tied_layers(worker) -> list[list[str]]:
+    """Worker side (``collective_rpc``), after ``reload_weights``: redo the post-load processing
+    of every layer that shares a parameter with another (a tied head; see the module doc).
+
+    The reload processes only the layer the checkpoint names (the embedding); another holder of
+    the same Parameter sees the new values but keeps whatever its processing derived from the
+    old ones (on CPU, the head's oneDNN-packed copy). Redoing it is safe for vLLM's unquantized
+    embedding/head method (it derives, never replaces, the weight); any other method in a tied
+    layer raises instead of leaving the head stale. Returns the tied groups, as
+    ``_tied_parameters`` does, so the caller can check that the reload kept them tied.
+    """
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+
+    model = worker.get_model()
+    groups = _tied_groups(model)
+    layers = {m: model.get_submodule(m) for group in groups for m, _ in group}
+    with torch.no_grad():
+        for name, layer in layers.items():
+            method = getattr(layer, "quant_method", None)
+            if method is None:  # nothing derived from the weight: the shared values are all it uses
+                continue
+            if type(method) is not UnquantizedEmbeddingMethod:
+                raise RuntimeError(
+                    f"{name!r} shares a parameter with another layer (tied weights) and uses "
+                    f"{type(method).__name__}, whose post-load processing the engine cannot safely "
+                    "redo after a weight update: this layer would keep the old weights"
+                )
+            method.process_weights_after_loading(layer)
+    return [[f"{m}.{p}" for m, p in group] for group in groups]
 
 
 def _checkpoint_names(model: str) -> set[str]:
