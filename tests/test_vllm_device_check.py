@@ -69,3 +69,25 @@ def test_fp8_needs_the_capability_vllm_states_for_it():
         DeviceUnsupported, match=rf"quantization 'fp8' needs .* {ok[0]}.{ok[1]} or more; this one is {too_old[0]}.0"
     ):
         check_device("float16", "fp8", FakeGPU(too_old))
+
+
+@pytest.mark.parametrize(
+    "shape, refused",
+    [
+        ({"hidden_size": 32, "num_attention_heads": 2}, True),
+        ({"hidden_size": 128, "num_attention_heads": 2}, False),
+        ({"n_embd": 64, "n_head": 4}, True),  # GPT-2's names
+        ({"hidden_size": 32, "num_attention_heads": 2, "head_dim": 64}, False),
+    ],
+)
+def test_a_head_size_the_cpu_backend_cannot_run_is_refused_at_build(tmp_path, shape, refused):
+    import json
+
+    from roles.engines.vllm_engine import check_cpu_head_size
+
+    (tmp_path / "config.json").write_text(json.dumps(shape))
+    if refused:
+        with pytest.raises(DeviceUnsupported, match="heads are 16 wide.*engine: torch"):
+            check_cpu_head_size(str(tmp_path))
+    else:
+        check_cpu_head_size(str(tmp_path))

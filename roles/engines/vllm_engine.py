@@ -297,6 +297,27 @@ def check_device(dtype: str, quantization: str | None, platform) -> None:
         )
 
 
+def check_cpu_head_size(model: str) -> None:
+    """Refuse, at build, a model whose attention head size vLLM's CPU backend cannot run: vLLM
+    itself says so only at the first generation, after every rank has started, and names
+    neither the model nor what would run (head_dim 16: "Unsupported CPU attention configuration")."""
+    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+    from roles.models import config_int, read_lm_config
+
+    data = read_lm_config(model)
+    head = config_int(data, "head_dim")
+    hidden, heads = config_int(data, "hidden_size"), config_int(data, "num_attention_heads")
+    if head is None and hidden is not None and heads:
+        head = hidden // heads
+    if head is not None and not CPUAttentionBackend.supports_head_size(head):
+        sizes = ", ".join(str(n) for n in CPUAttentionBackend.get_supported_head_sizes())
+        raise DeviceUnsupported(
+            f"model.path {model!r}: its attention heads are {head} wide, and vLLM's CPU backend runs "
+            f"head sizes {sizes} only; use world.generator.engine: torch for this model on CPU"
+        )
+
+
 def _capability(platform) -> str:
     cap = platform.get_device_capability()
     return "unknown" if cap is None else f"{cap.major}.{cap.minor}"
@@ -316,6 +337,8 @@ def _build_llm(config: VllmEngine.Config):
 
     check_device(config.dtype, config.quantization, current_platform)
     on_cpu = current_platform.is_cpu()
+    if on_cpu:
+        check_cpu_head_size(config.model)
     kv_gib = config.kv_cache_gib
     if kv_gib is None and on_cpu and not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
         # Without an explicit size vLLM's CPU backend reserves gpu_memory_utilization of *host*
