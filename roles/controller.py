@@ -108,7 +108,10 @@ class ControllerActor(ForwardsStopSignals, Actor):
         self.finishing = False  # the last step is done; waiting for the final eval
         self.checkpoints = checkpoints
         self._positions: dict[int, dict] = {}  # step -> data position just before it was sent
-        self._saving: dict | None = None  # the checkpoint being completed: steps, ranks to hear from
+        # Checkpoints being completed: steps -> ranks still to hear from. Several may be in
+        # flight (checkpoint every step, trainers running ahead at max_staleness >= 2); each
+        # rank answers in the order asked, so they complete in step order.
+        self._saving: dict[int, int] = {}
         self._finish_after_save = False
         self._stop_reason = "finished"  # or PREEMPTED: the trainers checkpointed on a signal
         self._summary = None  # summary.json's figures, once written
@@ -173,23 +176,24 @@ class ControllerActor(ForwardsStopSignals, Actor):
         for role in ([] if self.routes.colocated else [self.routes.generate_role]) + ["reward"]:
             self.mailbox.send_role(role, SaveState(steps_done=steps, path=str(path)))
             asked += self.routes.generators if role != "reward" else self.routes.rewards
-        self._saving = {"steps": steps, "waiting": asked}
+        self._saving[steps] = asked
         if asked == 0:
-            self._end_checkpoint()
+            self._end_checkpoint(steps)
 
     @handles(StateSaved)
     def on_state_saved(self, env: Envelope) -> None:
-        if self._saving is None or env.msg.steps_done != self._saving["steps"]:
-            raise RuntimeError(f"{env.sender} saved checkpoint {env.msg.steps_done}, which is not being written")
-        self._saving["waiting"] -= 1
-        if self._saving["waiting"] == 0:
-            self._end_checkpoint()
+        steps = env.msg.steps_done
+        if steps not in self._saving:
+            raise RuntimeError(f"{env.sender} saved checkpoint {steps}, which is not being written")
+        self._saving[steps] -= 1
+        if self._saving[steps] == 0:
+            self._end_checkpoint(steps)
 
-    def _end_checkpoint(self) -> None:
-        final = self.checkpoints.finalize(self._saving["steps"])
-        self._saving = None
+    def _end_checkpoint(self, steps: int) -> None:
+        final = self.checkpoints.finalize(steps)
+        del self._saving[steps]
         self.log.write(f"checkpoint: {final}")
-        if self._finish_after_save:
+        if self._finish_after_save and not self._saving:
             self._finish()
 
     def step(self) -> bool:
@@ -396,7 +400,7 @@ class ControllerActor(ForwardsStopSignals, Actor):
         self._fill()
 
     def _finish(self) -> None:
-        if self._saving is not None:  # a checkpoint is still being completed: stop after it
+        if self._saving:  # a checkpoint is still being completed: stop after it
             self._finish_after_save = True
             return
         self.write_summary()
