@@ -331,7 +331,27 @@ def parse(data: dict, source: str = "<config>") -> RoleMap:
 
 class _YamlLoader(yaml.SafeLoader):
     """PyYAML's safe loader, but ``1e-5`` is a float (YAML 1.1 wants ``1.0e-5``; 1.2 and users
-    do not)."""
+    do not), and a key written twice in one mapping is an error: PyYAML keeps the last, so a
+    second ``run:`` block silently replaced the first one whole. Keys a merge (``<<``) brings
+    may still be overridden, as YAML intends."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            first_line: dict = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    seen = key in first_line
+                except TypeError:  # an unhashable key: the base class says so
+                    continue
+                if seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} (first at line {first_line[key] + 1})", key_node.start_mark
+                    )
+                first_line[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
 
 
 _YamlLoader.add_implicit_resolver(

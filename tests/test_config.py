@@ -428,3 +428,23 @@ def test_the_stall_bound_must_exceed_the_reward_timeout(base_config):
         config.parse(raw)
     raw["run"]["stall_timeout_s"] = 0  # not watched
     assert config.parse(raw).run.stall_timeout_s == 0
+
+
+@pytest.mark.parametrize(
+    "text, key, lines",
+    [
+        ("run: {steps: 5, seed: 1}\nworld: {controller: 1}\nrun:\n  steps: 7\n", "run", (1, 3)),
+        ("run:\n  steps: 3\n  steps: 7\n", "steps", (2, 3)),
+    ],
+)
+def test_a_key_written_twice_is_refused_naming_both_lines(tmp_path, text, key, lines):
+    # PyYAML keeps the last: a second run: block replaced the first one whole, silently.
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=rf"duplicate key '{key}' \(first at line {lines[0]}\) at line {lines[1]}"):
+        config.read_yaml_file(path)
+
+
+def test_a_merge_may_still_be_overridden():
+    data = config.load_yaml("base: &b {lr: 1.0e-5, rho: 4.0}\nalgorithm:\n  <<: *b\n  rho: 2.0\n")
+    assert data["algorithm"] == {"lr": 1e-5, "rho": 2.0}
