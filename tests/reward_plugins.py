@@ -124,3 +124,8 @@ class Fine:
 
 def with_defaults(response, example, scale=1.0, **kw):
     return scale
+
+
+def correct_of_two(response, example):
+    """Reports a verdict outside [0, 1]: refused (counted as a failure), not summed into pass@k."""
+    return {"score": 1.0, "correct": 2.0}

@@ -38,3 +38,12 @@ class RaisesInInit(Task):
     def __init__(self, config, seed=0):
         super().__init__(config, seed)
         raise KeyError("question")
+
+
+class RepeatsIds(Countdown):
+    """Its eval examples reuse train ids 0 and 1: a prompt would be scored against another answer."""
+
+    def __init__(self, config, seed=0):
+        super().__init__(config, seed)
+        train = self._splits["train"]
+        self._splits["eval"] = [Example(id=i, prompt="x", answer="y") for i in (0, 1)] + list(train[2:3])

@@ -280,3 +280,13 @@ def test_mpirl_check_reads_the_data(bpe_config, gsm8k_files, write_config, tmp_p
     out = _check(write_config(raw))
     assert out.returncode == 2 and "Traceback" not in out.stderr
     assert "task.train_files[0]" in out.stderr and "gone.parquet" in out.stderr
+
+
+def test_a_task_whose_ids_repeat_across_splits_is_refused_naming_them(base_config):
+    from launch.config import ConfigError
+    from launch.data import prepare_data
+
+    cfg = parse(base_config, task={"name": "task_plugins:RepeatsIds", "size": 4}, reward="exact")
+    match = r"example ids must be unique across both splits; 3 repeats: 0 \(again in eval\), 1 \(again in eval\), 2"
+    with pytest.raises(ConfigError, match=match):
+        prepare_data(cfg)

@@ -92,6 +92,13 @@ def test_a_failing_component_scores_zero_and_is_counted():
 
 
 @pytest.mark.timeout(30)
+def test_a_correct_outside_0_1_is_a_failure_not_a_verdict():
+    # pass@k counts correct as a share of one sample: a 2.0 broke eval and correct_mean.
+    s = CombinedReward([spec("two", "reward_plugins:correct_of_two"), spec("len", "reward_plugins:length")])("ab", EX)
+    assert s.failures == 1 and s.components["two"] == 0.0 and s.components["correct"] == 0.0
+
+
+@pytest.mark.timeout(30)
 def test_component_specs_are_checked():
     with pytest.raises(ValueError, match="label"):
         spec("a/b", "exact")

@@ -98,6 +98,9 @@ class CombinedReward:
                 bad = [k for k, v in {"score": value, **extras}.items() if not math.isfinite(v)]
                 if bad:
                     raise ValueError(f"returned a non-finite {', '.join(bad)}")
+                # pass@k and correct_mean count it as a share of one sample: 2.0 would break both.
+                if not 0.0 <= extras.get("correct", 0.0) <= 1.0:
+                    raise ValueError(f"returned correct = {extras['correct']}, outside [0, 1]")
             except Exception:  # noqa: BLE001 - a failing reward scores 0 and is counted
                 failures += 1
                 components[spec.label] = 0.0

@@ -75,10 +75,30 @@ class Task:
             raise ValueError(f"unknown split {split!r} (splits: {', '.join(SPLITS)})")
         return self._splits[split]
 
+    def _index_by_id(self) -> dict[int, Example]:
+        """Every example of both splits by its id; ids that repeat are a ``ValueError`` naming
+        them (with one id for two examples, the reward rank would score a prompt against the
+        other example's answer)."""
+        by_id: dict[int, Example] = {}
+        repeated: dict[int, list[str]] = {}
+        for split in SPLITS:
+            for ex in self.examples(split):
+                if ex.id in by_id:
+                    repeated.setdefault(ex.id, []).append(split)
+                by_id[ex.id] = ex
+        if repeated:
+            shown = ", ".join(f"{i} (again in {' and '.join(s)})" for i, s in list(repeated.items())[:5])
+            raise ValueError(
+                f"{type(self).__name__}: example ids must be unique across both splits; "
+                f"{len(repeated)} repeat{'s' if len(repeated) > 1 else ''}: {shown}"
+                f"{', ...' if len(repeated) > 5 else ''}"
+            )
+        return by_id
+
     def example(self, example_id: int) -> Example:
         """The example with this id, from either split."""
         if self._by_id is None:
-            self._by_id = {ex.id: ex for split in SPLITS for ex in self.examples(split)}
+            self._by_id = self._index_by_id()
         try:
             return self._by_id[int(example_id)]
         except KeyError:
