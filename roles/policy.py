@@ -63,9 +63,9 @@ class Policy:
 
 def load_model(model) -> torch.nn.Module:
     """The Hugging Face causal LM of a ``ModelConfig``, in its dtype, without dropout."""
-    from transformers import AutoModelForCausalLM
+    from roles.models.loading import load_complete
 
-    return disable_dropout(AutoModelForCausalLM.from_pretrained(model.path, dtype=model.torch_dtype()))
+    return disable_dropout(load_complete(model.path, model.torch_dtype()))
 
 
 def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:

@@ -55,3 +55,15 @@ def test_train_mode_computes_the_eval_mode_logits(tmp_path, build, config_key):
         torch.testing.assert_close(logits, want, rtol=0, atol=0)
     # The model folder's settings are the user's: only the loaded modules changed.
     assert getattr(model.config, config_key) > 0
+
+
+def test_a_folder_missing_a_weight_is_refused_naming_it(tmp_path):
+    # transformers would fill it with random values and only log it.
+    from safetensors.torch import load_file, save_file
+
+    _gpt2(tmp_path)
+    weights = load_file(str(tmp_path / "model.safetensors"))
+    del weights["transformer.h.1.mlp.c_fc.weight"]
+    save_file(weights, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(ValueError, match=r"lack tensors .*: transformer\.h\.1\.mlp\.c_fc\.weight"):
+        load_model(SimpleNamespace(path=str(tmp_path), torch_dtype=lambda: torch.float32))

@@ -37,9 +37,9 @@ class TorchEngine:
         quantization: str | None = None,
     ):
         if isinstance(model, (str, Path)):
-            from transformers import AutoModelForCausalLM
+            from roles.models.loading import load_complete
 
-            model = AutoModelForCausalLM.from_pretrained(str(model), dtype=dtype or torch.float32)
+            model = load_complete(model, dtype or torch.float32)
         elif dtype is not None:
             model = model.to(dtype)
         self.model = model.to(device).eval()
