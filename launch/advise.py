@@ -47,14 +47,20 @@ def predict(work: RoleWork, generator: int, reward: int, trainer: int, overlappe
     return max(parts) if overlapped else sum(parts)
 
 
-def best_split(work: RoleWork, total: int, overlapped: bool = True) -> Split:
-    """The split of ``total`` compute ranks (each role >= 1) with the least predicted step time."""
+def best_split(work: RoleWork, total: int, overlapped: bool = True, prompts_per_step: int | None = None) -> Split:
+    """The split of ``total`` compute ranks (each role >= 1) with the least predicted step time.
+
+    ``prompts_per_step``: only trainer counts it divides evenly over, as the role map requires
+    (each trainer trains on an equal share), so the advice is a layout ``mpirl check`` accepts.
+    """
     if total < 3:
         raise ValueError(f"need at least 3 compute ranks (one per role), got {total}")
     best = None
     for g in range(1, total - 1):
         for r in range(1, total - g):
             t = total - g - r
+            if prompts_per_step and prompts_per_step % t:
+                continue
             s = Split(g, r, t, predict(work, g, r, t, overlapped))
             # Strictly better only: ties keep the first split found (fewest generators).
             if best is None or s.step_s < best.step_s - 1e-12:
@@ -119,9 +125,19 @@ def work_from_run(run_dir: Path) -> tuple[RoleWork, dict, bool]:
     return work, counts, overlapped
 
 
+def _prompts_per_step(run_dir: Path) -> int | None:
+    """``rollout.prompts_per_step`` of the run's config.yaml (None when it cannot be read)."""
+    from launch.report.runs import read_config, section
+
+    config, _ = read_config(Path(run_dir) / "config.yaml")
+    value = section(config, "rollout").get("prompts_per_step")
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def advise_from_run(run_dir: Path, total_ranks: int | None = None) -> str:
     work, counts, overlapped = work_from_run(run_dir)
     total = sum(counts.values()) if total_ranks is None else total_ranks
+    prompts_per_step = _prompts_per_step(run_dir)
     if counts["colocated"]:
         # The same ranks generate and then train, in turn; the reward ranks score meanwhile.
         n = counts["colocated"]
@@ -145,7 +161,7 @@ def advise_from_run(run_dir: Path, total_ranks: int | None = None) -> str:
     for label, overlap in [("advised split", overlapped)] + ([] if overlapped else [("asynchronous", True)]):
         if counts["colocated"] and not overlap:
             continue  # colocated is its own synchronous layout: its advice is the async one
-        best = best_split(work, total, overlap)
+        best = best_split(work, total, overlap, prompts_per_step)
         how = " with max_staleness 1" if overlap and not overlapped else ""
         lines.append(
             f"{label + ' ' * max(1, 16 - len(label))}generator {best.generator}, reward {best.reward}, "

@@ -119,3 +119,16 @@ def test_what_advise_cannot_read_exits_2_with_the_reason(tmp_path, make, reason)
     )
     assert cli.returncode == 2, cli.stderr
     assert reason in cli.stderr and "Traceback" not in cli.stderr
+
+
+def test_the_advice_is_a_layout_the_role_map_accepts(tmp_path):
+    # Training-bound: 3 trainers of 5 ranks would be fastest, but 4 prompts a step do not divide
+    # over 3 trainers (mpirl check refuses it): the advice is 2 trainers.
+    assert best_split(RoleWork(generate=1.0, reward=0.01, train=6.0), total=5).trainer == 3
+    assert best_split(RoleWork(1.0, 0.01, 6.0), total=5, prompts_per_step=4).trainer == 2
+    run = _run_folder(tmp_path, {"controller": 1, "generator": 1, "reward": 1, "trainer": 1}, _lines((0, 1.0, 6.0)))
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    (run / "config.yaml").write_text(yaml.safe_dump({**config, "rollout": {"prompts_per_step": 4}}))
+    assert "advised split   generator 2, reward 1, trainer 2 (of 5 compute ranks)" in advise_from_run(
+        run, total_ranks=5
+    )
