@@ -53,5 +53,9 @@ def group_advantages(rewards, config: AdvantageConfig | str | None = None) -> np
     elif config.baseline != "mean":
         raise ValueError(f"unknown baseline {config.baseline!r}")
     if config.std_normalize:
-        adv = adv / (r.std(axis=-1, keepdims=True) + config.eps)
+        # The std of r / its largest |r|, scaled back: squaring rewards past ~1e154 overflows,
+        # which made the std inf and every advantage of the group a silent 0.
+        scale = np.abs(r).max(axis=-1, keepdims=True)
+        scale = np.where(scale > 0, scale, 1.0)
+        adv = adv / ((r / scale).std(axis=-1, keepdims=True) * scale + config.eps)
     return adv.astype(np.float32)

@@ -47,3 +47,12 @@ def test_named_presets_and_errors():
         group_advantages([1.0, 0.0], "bogus")
     with pytest.raises(ValueError, match="shape"):
         group_advantages(np.zeros((2, 2, 2)))
+
+
+def test_std_normalised_advantages_of_huge_rewards_do_not_vanish():
+    # r.std() of rewards near 1e200 overflows (the squares): every advantage was 0, silently.
+    adv = group_advantages([0.0, 1e200, 0.0, 1e200], "group_std")
+    np.testing.assert_allclose(adv, [-1.0, 1.0, -1.0, 1.0], rtol=1e-6)
+    np.testing.assert_allclose(
+        group_advantages([1.0, 2.0, 3.0], "group_std"), np.array([-1, 0, 1]) / np.sqrt(2 / 3), rtol=1e-5
+    )
