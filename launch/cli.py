@@ -227,6 +227,16 @@ def cmd_export(args) -> int:
     from roles.checkpoint import export_hf, resolve
 
     path = resolve(args.checkpoint)
+    problem = None
+    if not path.exists():
+        problem = f"no checkpoint at {str(path)!r}: no such folder"
+    elif Path(args.out).exists() and not Path(args.out).is_dir():
+        problem = f"{args.out!r} is a file: give a folder to write the model into"
+    elif Path(args.out).resolve() == path.resolve() or path.resolve() in Path(args.out).resolve().parents:
+        problem = f"{args.out!r} is inside the checkpoint {str(path)!r}: write the model elsewhere"
+    if problem is not None:
+        print(f"mpirl: export: {problem}", file=sys.stderr)
+        return config.EXIT_CONFIG
     try:
         out = export_hf(path, args.out)
     except FileNotFoundError as e:

@@ -225,3 +225,25 @@ def test_a_launcher_killed_by_a_signal_is_reported_as_128_plus_the_signal():
     assert (code, signalled) == (137, False)
     code, _, _ = cli.run_forwarding_signals([sys.executable, "-c", "raise SystemExit(3)"], None)
     assert code == 3
+
+
+@pytest.mark.parametrize("case", ["no checkpoint", "out is a file", "out is the checkpoint"])
+def test_export_refuses_what_it_cannot_write_before_reading_anything(tmp_path, case):
+    ckpt = tmp_path / "step-00000004"
+    ckpt.mkdir()
+    out = tmp_path / "model"
+    if case == "no checkpoint":
+        ckpt = tmp_path / "missing"
+    elif case == "out is a file":
+        out.write_text("not a folder")
+    else:
+        out = ckpt
+    run = subprocess.run(
+        [sys.executable, "-m", "launch.cli", "export", str(ckpt), str(out)], cwd=REPO, capture_output=True, text=True
+    )
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr
+    assert {"no checkpoint": "no such folder", "out is a file": "is a file", "out is the checkpoint": "inside"}[
+        case
+    ] in run.stderr
+    if ckpt.exists():
+        assert not any(ckpt.iterdir())  # nothing written into the checkpoint
