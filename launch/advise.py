@@ -88,12 +88,22 @@ def work_from_run(run_dir: Path) -> tuple[RoleWork, dict, bool]:
     generate and train, so its generation and training are both their work: ``counts`` then
     holds ``colocated`` and the two roles' counts are 0.
     """
-    from launch.report.runs import ReportError, load_run, number
+    return _work_of(_read_run(run_dir))
+
+
+def _read_run(run_dir: Path):
+    from launch.report.runs import ReportError, load_run
 
     try:
-        run = load_run(run_dir)
+        return load_run(run_dir)
     except ReportError as e:
         raise AdviseError(str(e)) from None
+
+
+def _work_of(run) -> tuple[RoleWork, dict, bool]:
+    from launch.report.runs import number, section
+
+    run_dir = run.path
     if run.config is None:
         raise AdviseError(f"{run_dir}: no readable config.yaml, so the ranks per role are unknown")
     world = run.config.get("world")
@@ -107,8 +117,7 @@ def work_from_run(run_dir: Path) -> tuple[RoleWork, dict, bool]:
         raise AdviseError(f"{run_dir}/config.yaml: world has no generator or no trainer ranks")
     if not counts["reward"]:
         raise AdviseError(f"{run_dir}/config.yaml: world has no reward ranks")
-    staleness = run.config.get("run", {}).get("max_staleness", 1) if isinstance(run.config.get("run"), dict) else 1
-    overlapped = not counts["colocated"] and staleness != 0
+    overlapped = not counts["colocated"] and section(run.config, "run").get("max_staleness", 1) != 0
     steps = run.metrics[1:] or run.metrics  # the first step carries start-up costs
 
     def median(key: str) -> float:
@@ -125,19 +134,19 @@ def work_from_run(run_dir: Path) -> tuple[RoleWork, dict, bool]:
     return work, counts, overlapped
 
 
-def _prompts_per_step(run_dir: Path) -> int | None:
-    """``rollout.prompts_per_step`` of the run's config.yaml (None when it cannot be read)."""
-    from launch.report.runs import read_config, section
+def _prompts_per_step(config: dict) -> int | None:
+    """``rollout.prompts_per_step`` of a run's role map (None when it gives none)."""
+    from launch.report.runs import section
 
-    config, _ = read_config(Path(run_dir) / "config.yaml")
     value = section(config, "rollout").get("prompts_per_step")
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 def advise_from_run(run_dir: Path, total_ranks: int | None = None) -> str:
-    work, counts, overlapped = work_from_run(run_dir)
+    run = _read_run(run_dir)  # once: the work and the role map's settings come from it
+    work, counts, overlapped = _work_of(run)
     total = sum(counts.values()) if total_ranks is None else total_ranks
-    prompts_per_step = _prompts_per_step(run_dir)
+    prompts_per_step = _prompts_per_step(run.config)
     if counts["colocated"]:
         # The same ranks generate and then train, in turn; the reward ranks score meanwhile.
         n = counts["colocated"]

@@ -77,7 +77,7 @@ def prepare_data(cfg: RoleMap, tokenizer=None) -> PreparedData:
         eval_examples = task.examples("eval")
         if not train_examples:
             raise ConfigError(f"task: task {cfg.task.name!r} has no training examples")
-        task.example(train_examples[0].id)  # indexes both splits by id: refuses ids that repeat
+        task.check_ids()  # ids that repeat across the splits would score against the wrong answer
         train = encode_prompts(tokenizer, train_examples, cfg.task, limit)
         chosen = eval_examples[: cfg.eval.examples] if cfg.eval.enabled else []
         evals = encode_prompts(tokenizer, chosen, cfg.task, limit)

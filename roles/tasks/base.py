@@ -75,6 +75,11 @@ class Task:
             raise ValueError(f"unknown split {split!r} (splits: {', '.join(SPLITS)})")
         return self._splits[split]
 
+    def check_ids(self) -> None:
+        """Index both splits by id now (``example`` would at its first call): a ``ValueError``
+        naming the ids that repeat, so a preflight can refuse them before any work."""
+        self._by_id = self._index_by_id()
+
     def _index_by_id(self) -> dict[int, Example]:
         """Every example of both splits by its id; ids that repeat are a ``ValueError`` naming
         them (with one id for two examples, the reward rank would score a prompt against the
