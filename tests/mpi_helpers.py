@@ -77,7 +77,9 @@ def mpi_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
     env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONUNBUFFERED"] = "1"  # what a rank printed before dying must reach the pipe
-    env.update(open_mpi_env(env))  # root allowed when we are root; no PMIx tool files (launch/cli.py)
+    env.update(
+        open_mpi_env(env, find_mpirun())
+    )  # root allowed when root; no PMIx tool files; no idle btl/ofi (launch/cli.py)
     env.update(extra or {})
     return env
 

@@ -201,6 +201,45 @@ def test_open_mpi_settings_leave_a_users_own_value(monkeypatch, as_user):
     assert env["PRTE_MCA_pmix_tool_support"] == "0"
 
 
+def test_idle_libfabric_btl_is_left_out_only_where_it_could_not_run(monkeypatch, tmp_path, as_user):
+    as_user(root=False)
+    monkeypatch.delenv("OMPI_MCA_btl", raising=False)
+    monkeypatch.delenv("OMPI_MCA_mca_base_param_files", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.openmpi/mca-params.conf
+    mpiexec = str(tmp_path / "bin" / "mpiexec")  # no etc/openmpi-mca-params.conf beside it
+    # A host without fabric devices: btl/ofi could find no provider, so it is left out.
+    monkeypatch.setattr(cli, "FABRIC_DEVICE_GLOBS", (str(tmp_path / "mlx5_*"),))
+    assert cli.open_mpi_env(dict(os.environ), mpiexec)["OMPI_MCA_btl"] == "^ofi"
+    assert not cli.has_fabric_device((str(tmp_path / "none*"),))
+    # A host with one (an InfiniBand device, say): Open MPI chooses.
+    (tmp_path / "mlx5_0").mkdir()
+    assert cli.has_fabric_device((str(tmp_path / "mlx5_*"),))
+    assert "OMPI_MCA_btl" not in cli.open_mpi_env(dict(os.environ), mpiexec)
+
+
+def test_a_users_btl_choice_is_left_alone(monkeypatch, tmp_path, as_user):
+    as_user(root=False)
+    monkeypatch.setattr(cli, "has_fabric_device", lambda *a: False)
+    monkeypatch.delenv("OMPI_MCA_mca_base_param_files", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    mpiexec = str(tmp_path / "bin" / "mpiexec")
+    monkeypatch.setenv("OMPI_MCA_btl", "self,tcp")
+    assert "OMPI_MCA_btl" not in cli.open_mpi_env(dict(os.environ), mpiexec)
+    monkeypatch.delenv("OMPI_MCA_btl")
+    # Set in a parameter file: an environment value would override it, so none is added.
+    for conf in (tmp_path / ".openmpi" / "mca-params.conf", tmp_path / "etc" / "openmpi-mca-params.conf"):
+        conf.parent.mkdir(parents=True)
+        conf.write_text("# btl = self\nbtl_tcp_if_include = eth0\n")  # a comment and another key: not a choice
+        assert cli.open_mpi_env(dict(os.environ), mpiexec)["OMPI_MCA_btl"] == "^ofi"
+        conf.write_text("btl = self,sm,tcp\n")
+        assert "OMPI_MCA_btl" not in cli.open_mpi_env(dict(os.environ), mpiexec)
+        conf.unlink()
+    listed = tmp_path / "site.conf"
+    listed.write_text("btl=^tcp\n")
+    monkeypatch.setenv("OMPI_MCA_mca_base_param_files", str(listed))
+    assert "OMPI_MCA_btl" not in cli.open_mpi_env(dict(os.environ), mpiexec)
+
+
 def test_known_start_up_noise_is_dropped_and_nothing_else():
     # What each model-holding rank printed at every start (transformers imports torchao at the
     # first from_pretrained), emitted as torchao and torch emit it, beside lines that must stay.
