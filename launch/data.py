@@ -3,7 +3,9 @@
 Rank 0 (the controller) does this before the job builds anything collective, so a data
 mistake — a missing file, a column absent, no usable rows, every prompt too long, no eval
 split for an eval — stops every rank with exit 2 and one message naming the field, the way
-a bad role map does (``launch/main.py``). ``mpirl check`` runs the same preparation.
+a bad role map does (``launch/main.py``). ``mpirl check`` runs the same preparation. The
+model folder's files are checked here too, the tokenizer and the weights' headers
+(``launch/model_files.py``): read by every model rank only later, once they have started.
 """
 
 from __future__ import annotations
@@ -41,6 +43,17 @@ class PreparedData:
         return text + f"; longest prompt {s['longest_prompt']} tokens"
 
 
+def check_model_files(cfg: RoleMap) -> None:
+    """The model's safetensors files whole and consistent, by their headers (never their data),
+    and its index, if any, naming only files and tensors that are there: a ``ConfigError``."""
+    from launch.model_files import WeightFileError, check_weight_files
+
+    try:
+        check_weight_files(cfg.model.path)
+    except WeightFileError as e:
+        raise ConfigError(f"model.path: {e}") from None
+
+
 def load_tokenizer(cfg: RoleMap):
     """The model's tokenizer, as AutoTokenizer loads it (roles/tokenizer.py), and its class_ref."""
     from roles.tokenizer import load_tokenizer as load
@@ -62,11 +75,13 @@ def _raised_at(e: BaseException) -> str:
 
 
 def prepare_data(cfg: RoleMap, tokenizer=None) -> PreparedData:
-    """Build the task and encode its prompts; any problem is a ``ConfigError`` naming the field."""
+    """Check the model's files, build the task and encode its prompts; any problem is a
+    ``ConfigError`` naming the field."""
     from roles.plugins import PluginError
     from roles.tasks import TaskDataError, build_task
     from roles.tasks.prompts import encode_prompts
 
+    check_model_files(cfg)
     tokenizer_class = None
     if tokenizer is None:
         tokenizer, tokenizer_class = load_tokenizer(cfg)

@@ -64,23 +64,15 @@ def _shape_of(path: str, stamp: tuple) -> ModelShape:
 
 def _safetensors_params(folder: Path) -> int | None:
     """Parameters in the folder's ``*.safetensors`` (their headers only), None when unreadable."""
-    from safetensors import safe_open
+    from launch.model_files import WeightFileError, read_header
 
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         return None
-    total = 0
     try:
-        for f in files:
-            with safe_open(str(f), "numpy") as st:
-                for key in st.keys():
-                    n = 1
-                    for d in st.get_slice(key).get_shape():
-                        n *= d
-                    total += n
-    except Exception:  # noqa: BLE001 - a damaged file is the model loader's to name; no estimate here
+        return sum(t.elements for f in files for t in read_header(f).values())
+    except WeightFileError:  # a damaged file is named by the preflight (launch/model_files.py); no estimate here
         return None
-    return total
 
 
 def model_shape(path: str) -> ModelShape:

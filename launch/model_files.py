@@ -1,0 +1,191 @@
+"""The model folder's weight files, checked from their headers before any rank loads them.
+
+A safetensors file cut short (a download or a copy interrupted, a full disk) or damaged used
+to pass ``mpirl check`` and the launch's preflight, and stop the job minutes later, when every
+trainer and generator loaded it, with exit 1 and a traceback from inside the loader. Its
+header says everything needed to find that out first: 8 bytes (little-endian) giving the
+header's length N, then N bytes of JSON mapping each tensor's name to its dtype, shape and
+``data_offsets`` (its bytes' begin and end in the data that follows the header), plus an
+optional ``"__metadata__"`` map of strings. So the file must be exactly 8 + N + the largest
+end long, and each tensor's span must hold exactly its elements' bytes, laid end to end from 0
+(what the safetensors library itself requires before it will load a file).
+
+Only headers are read, never tensor data, and neither torch nor the safetensors library is
+imported: this runs on the controller's rank (which must not import torch) and on every rank
+that sizes the model (``launch/sizing.py``), in milliseconds even for a model of hundreds of
+files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+# Bits per element of each dtype a safetensors header may name (the library's own list, as of
+# 0.8: F4 and F6 pack several elements into a byte, so sizes are counted in bits).
+DTYPE_BITS = {
+    "BOOL": 8,
+    "F4": 4,
+    "F6_E2M3": 6,
+    "F6_E3M2": 6,
+    "U8": 8,
+    "I8": 8,
+    "F8_E5M2": 8,
+    "F8_E4M3": 8,
+    "F8_E8M0": 8,
+    "F8_E4M3FNUZ": 8,
+    "F8_E5M2FNUZ": 8,
+    "I16": 16,
+    "U16": 16,
+    "F16": 16,
+    "BF16": 16,
+    "I32": 32,
+    "U32": 32,
+    "F32": 32,
+    "C64": 64,
+    "F64": 64,
+    "I64": 64,
+    "U64": 64,
+}
+# The safetensors library refuses a longer header (a length this large is a damaged file).
+MAX_HEADER_BYTES = 100_000_000
+INDEX_NAME = "model.safetensors.index.json"  # transformers' index of a sharded checkpoint
+
+
+class WeightFileError(ValueError):
+    """A weight file (or the index of them) that cannot load; the message names it and the fault."""
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    dtype: str
+    shape: tuple[int, ...]
+    begin: int  # byte offsets in the data after the header
+    end: int
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.shape)
+
+
+def _is_count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _entry(path: Path, name: str, raw) -> TensorEntry:
+    where = f"{path}: tensor {name!r}"
+    if not isinstance(raw, dict):
+        raise WeightFileError(f"{where}: its header entry is a {type(raw).__name__}, not a map")
+    missing = [k for k in ("dtype", "shape", "data_offsets") if k not in raw]
+    if missing:
+        raise WeightFileError(f"{where}: its header entry lacks {', '.join(missing)}")
+    dtype, shape, offsets = raw["dtype"], raw["shape"], raw["data_offsets"]
+    if dtype not in DTYPE_BITS:
+        raise WeightFileError(f"{where}: unknown dtype {dtype!r} (known: {', '.join(DTYPE_BITS)})")
+    if not (isinstance(shape, list) and all(_is_count(d) for d in shape)):
+        raise WeightFileError(f"{where}: shape {shape!r} is not a list of non-negative integers")
+    if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(o) for o in offsets)):
+        raise WeightFileError(f"{where}: data_offsets {offsets!r} is not [begin, end] in bytes")
+    if offsets[1] < offsets[0]:
+        raise WeightFileError(f"{where}: data_offsets {offsets!r} end before they begin")
+    return TensorEntry(dtype, tuple(shape), offsets[0], offsets[1])
+
+
+def read_header(path: str | Path) -> dict[str, TensorEntry]:
+    """The tensors of safetensors file ``path`` by name, from its header alone, once the file is
+    shown whole and self-consistent; else a :class:`WeightFileError` naming the file and what
+    is wrong with it."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            prefix = f.read(8)
+            if len(prefix) < 8:
+                raise WeightFileError(
+                    f"{path}: truncated: {size:,} bytes, too short for a safetensors file (its header length takes 8)"
+                )
+            n = int.from_bytes(prefix, "little")
+            if n > MAX_HEADER_BYTES:
+                raise WeightFileError(
+                    f"{path}: not a safetensors file: its first 8 bytes give a header of {n:,} bytes, "
+                    f"past the format's limit of {MAX_HEADER_BYTES:,}"
+                )
+            if 8 + n > size:
+                raise WeightFileError(
+                    f"{path}: truncated: its header alone says {8 + n:,} bytes, the file has {size:,}"
+                )
+            text = f.read(n)
+    except OSError as e:
+        raise WeightFileError(f"{path}: cannot read it: {e.strerror or e}") from None
+    try:
+        header = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise WeightFileError(f"{path}: damaged: its header is not JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise WeightFileError(f"{path}: damaged: its header is a JSON {type(header).__name__}, not an object")
+    meta = header.pop("__metadata__", None)
+    if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
+        raise WeightFileError(f"{path}: damaged: its __metadata__ is not a map of strings")
+    tensors = {name: _entry(path, name, raw) for name, raw in header.items()}
+    expected = 8 + n + max((t.end for t in tensors.values()), default=0)
+    if size < expected:
+        raise WeightFileError(f"{path}: truncated: its header says {expected:,} bytes, the file has {size:,}")
+    if size > expected:
+        raise WeightFileError(
+            f"{path}: damaged: its header says {expected:,} bytes, the file has {size:,} "
+            f"({size - expected:,} bytes that no tensor holds)"
+        )
+    at, previous = 0, None
+    for name, t in sorted(tensors.items(), key=lambda item: (item[1].begin, item[1].end)):
+        bits = t.elements * DTYPE_BITS[t.dtype]
+        if bits % 8 or bits // 8 != t.end - t.begin:
+            needs = f"{bits // 8:,} bytes" if bits % 8 == 0 else f"{bits:,} bits, not a whole number of bytes"
+            raise WeightFileError(
+                f"{path}: damaged: tensor {name!r} ({t.dtype}, shape {list(t.shape)}) needs {needs}, "
+                f"its data_offsets [{t.begin:,}, {t.end:,}] hold {t.end - t.begin:,} bytes"
+            )
+        if t.begin != at:  # the library loads only tensors laid end to end, from byte 0
+            after = f"after tensor {previous!r}, which ends at {at:,}" if previous else "where the data starts, at 0"
+            raise WeightFileError(
+                f"{path}: damaged: tensor {name!r} begins at byte {t.begin:,} of the data, not right {after}"
+            )
+        at, previous = t.end, name
+    return tensors
+
+
+def check_weight_files(folder: str | Path) -> int:
+    """Every ``*.safetensors`` in ``folder`` read whole from its header (:func:`read_header`),
+    and the index of a sharded model (``model.safetensors.index.json``), if any, checked
+    against them: each file it names exists, and holds each tensor it maps there. Returns the
+    number of files checked; the first problem is a :class:`WeightFileError`."""
+    folder = Path(folder)
+    headers = {p.name: read_header(p) for p in sorted(folder.glob("*.safetensors")) if p.is_file()}
+    index = folder / INDEX_NAME
+    if not index.is_file():
+        return len(headers)
+    try:
+        data = json.loads(index.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise WeightFileError(f"{index}: cannot read it as JSON ({e})") from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise WeightFileError(f"{index}: no weight_map of tensor names to file names")
+    by_file: dict[str, list[str]] = {}
+    for tensor, name in weight_map.items():
+        by_file.setdefault(name, []).append(tensor)
+    for name, tensors in by_file.items():
+        if name not in headers:
+            if not (folder / name).is_file():
+                raise WeightFileError(
+                    f"{index}: names {name!r} for {len(tensors):,} tensor{'s' if len(tensors) > 1 else ''} "
+                    f"(e.g. {tensors[0]!r}), "
+                    f"but there is no such file in {folder}"
+                )
+            headers[name] = read_header(folder / name)
+        absent = [t for t in tensors if t not in headers[name]]
+        if absent:
+            shown = ", ".join(map(repr, absent[:3])) + (f", ... ({len(absent):,} in all)" if len(absent) > 3 else "")
+            raise WeightFileError(f"{index}: maps tensors to {name!r} that it does not hold: {shown}")
+    return len(headers)
