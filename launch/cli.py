@@ -230,13 +230,22 @@ def cmd_export(args) -> int:
     from roles.checkpoint import export_hf, resolve
 
     path = resolve(args.checkpoint)
+    out_dir = Path(args.out)
     problem = None
     if not path.exists():
         problem = f"no checkpoint at {str(path)!r}: no such folder"
-    elif Path(args.out).exists() and not Path(args.out).is_dir():
+    elif out_dir.exists() and not out_dir.is_dir():
         problem = f"{args.out!r} is a file: give a folder to write the model into"
-    elif Path(args.out).resolve() == path.resolve() or path.resolve() in Path(args.out).resolve().parents:
+    elif out_dir.resolve() == path.resolve() or path.resolve() in out_dir.resolve().parents:
         problem = f"{args.out!r} is inside the checkpoint {str(path)!r}: write the model elsewhere"
+    elif out_dir.is_dir() and not args.force and (held := sorted(p.name for p in out_dir.iterdir())):
+        # Written into, it would mix this model's files with whatever is there (another model's
+        # shards and index, which loaders may prefer to ours), and nothing would say so.
+        shown = ", ".join(held[:3]) + (f", ... ({len(held)} in all)" if len(held) > 3 else "")
+        problem = (
+            f"{args.out!r} exists and is not empty ({shown}): choose a new or empty folder, "
+            "or pass --force to write the model's files over those of the same names there"
+        )
     if problem is not None:
         print(f"mpirl: export: {problem}", file=sys.stderr)
         return config.EXIT_CONFIG
@@ -246,6 +255,19 @@ def cmd_export(args) -> int:
         print(f"mpirl: {e}", file=sys.stderr)
         return config.EXIT_CONFIG
     print(f"{path} -> {out} (a Hugging Face model folder)")
+    # --force keeps what it does not overwrite: weights a loader could take for the model's.
+    stale = sorted(
+        p.name
+        for pattern in ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.bin.index.json")
+        for p in out.glob(pattern)
+        if p.name != "model.safetensors"
+    )
+    if stale:
+        print(
+            f"mpirl: export: warning: {str(out)!r} also holds {', '.join(stale)}, not written by this export; "
+            "a loader may read them with (or instead of) model.safetensors: remove them",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -292,7 +314,13 @@ def main(argv: list[str] | None = None) -> None:
 
     p = sub.add_parser("export", help="write a checkpoint's policy as a Hugging Face model folder")
     p.add_argument("checkpoint", help="a checkpoint (step-NNNNNNNN), or a checkpoint folder: its newest")
-    p.add_argument("out", help="the folder to write (safetensors, config, tokenizer)")
+    p.add_argument("out", help="the folder to write (safetensors, config, tokenizer): new or empty, unless --force")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write into OUT even if it holds files: those of the names export writes (model.safetensors, "
+        "config.json, generation_config.json, the tokenizer's) are overwritten, the others kept",
+    )
     p.set_defaults(fn=cmd_export)
 
     args = parser.parse_args(argv)

@@ -300,3 +300,45 @@ def test_export_refuses_what_it_cannot_write_before_reading_anything(tmp_path, c
     ] in run.stderr
     if ckpt.exists():
         assert not any(ckpt.iterdir())  # nothing written into the checkpoint
+
+
+def test_export_refuses_a_folder_that_holds_files_unless_forced(tmp_path, monkeypatch, capsys):
+    """Written into, a non-empty OUT would mix the model's files with what was there, silently."""
+    import roles.checkpoint
+
+    ckpt = tmp_path / "step-00000004"
+    ckpt.mkdir()
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "model-00001-of-00002.safetensors").write_bytes(b"another model's shard")
+    written = []
+
+    def fake_export(path, to):
+        written.append(Path(to))
+        (Path(to) / "model.safetensors").write_bytes(b"new")
+        return Path(to)
+
+    monkeypatch.setattr(roles.checkpoint, "export_hf", fake_export)
+    code, _, err = run_cli(["export", str(ckpt), str(out)], capsys)
+    assert code == 2 and not written, err
+    assert "exists and is not empty (model-00001-of-00002.safetensors, notes.txt)" in err
+    assert "choose a new or empty folder, or pass --force" in err
+    assert sorted(p.name for p in out.iterdir()) == ["model-00001-of-00002.safetensors", "notes.txt"]
+
+    code, out_text, err = run_cli(["export", str(ckpt), str(out), "--force"], capsys)
+    assert code == 0 and written == [out], err
+    assert (out / "model.safetensors").read_bytes() == b"new" and (out / "notes.txt").read_text() == "mine"
+    # What it kept that a loader could take for the model's weights is named.
+    assert "warning" in err and "model-00001-of-00002.safetensors" in err and "notes.txt" not in err
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = run_cli(["export", str(ckpt), str(empty)], capsys)
+    assert code == 0 and written[-1] == empty and "warning" not in err, err
+    assert (
+        "--force"
+        in subprocess.run(
+            [sys.executable, "-m", "launch.cli", "export", "--help"], cwd=REPO, capture_output=True, text=True
+        ).stdout
+    )
