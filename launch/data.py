@@ -10,6 +10,8 @@ model folder's files are checked here too, the tokenizer and the weights' header
 
 from __future__ import annotations
 
+import pickle
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,6 +68,61 @@ def load_tokenizer(cfg: RoleMap):
         ) from None
 
 
+# An example id travels in the rollout messages (PromptBatch.example_ids, Rollout.example_id,
+# EvalScored.example_id): the codec (transports/codec.py) packs it as a msgpack integer, 64
+# bits signed or unsigned, and the receiver takes only an int there (numpy integers are sent as
+# ints; a bool, a str or a float is refused). An id past that failed at the first batch sent.
+ID_MIN, ID_MAX = -(2**63), 2**64 - 1
+
+
+def _id_problem(example_id) -> str | None:
+    if isinstance(example_id, (bool, np.bool_)) or not isinstance(example_id, (int, np.integer)):
+        return f"its id is a {type(example_id).__name__}, not an int: messages carry example ids as integers"
+    if not ID_MIN <= int(example_id) <= ID_MAX:
+        return (
+            f"its id {int(example_id)} does not fit in 64 bits: messages carry example ids as msgpack "
+            "integers, from -2**63 to 2**64 - 1"
+        )
+    return None
+
+
+def _pickle_problem(example) -> str | None:
+    """Why ``example`` cannot go to a reward worker, naming the field (and metadata key) at fault.
+
+    Only the id crosses MPI; the reward ranks find the example in their own copy of the task and
+    send it, with each response, pickled to their scoring processes (roles/rewards/sandbox.py),
+    which raised mid-run on an example that does not pickle. One pickle per example, the
+    runtime's own: a fraction of a second for 100,000.
+    """
+    try:
+        pickle.dumps(example, pickle.HIGHEST_PROTOCOL)
+        return None
+    except Exception as e:  # noqa: BLE001 - whatever pickling raises, found and named below
+        error = f"{type(e).__name__}: {e}"
+    parts = list(getattr(example, "__dict__", {}).items())
+    metadata = getattr(example, "metadata", None)
+    if isinstance(metadata, Mapping):
+        parts = [(f"metadata[{k!r}]", v) for k, v in metadata.items()] + parts
+    for name, value in parts:
+        try:
+            pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+        except Exception:  # noqa: BLE001 - this is the part at fault
+            what = f"{type(value).__module__}.{type(value).__qualname__}"
+            return (
+                f"its {name} holds a {what}, which cannot be pickled to the reward ranks' scoring processes ({error})"
+            )
+    return f"it (a {type(example).__name__}) cannot be pickled to the reward ranks' scoring processes ({error})"
+
+
+def check_sendable(task_name: str, split: str, examples) -> None:
+    """Every example's id fits the rollout messages and the example pickles as the reward ranks
+    send it: a ``ConfigError`` naming the task, the example and the field, before any work."""
+    for ex in examples:
+        problem = _id_problem(ex.id) or _pickle_problem(ex)
+        if problem:
+            raise ConfigError(f"task: task {task_name!r}, {split} example {ex.id!r}: {problem}")
+
+
 def _raised_at(e: BaseException) -> str:
     """`` (file.py:LINE)`` of the innermost frame that raised ``e``: where to look, in one line."""
     import traceback
@@ -93,8 +150,10 @@ def prepare_data(cfg: RoleMap, tokenizer=None) -> PreparedData:
         if not train_examples:
             raise ConfigError(f"task: task {cfg.task.name!r} has no training examples")
         task.check_ids()  # ids that repeat across the splits would score against the wrong answer
-        train = encode_prompts(tokenizer, train_examples, cfg.task, limit)
         chosen = eval_examples[: cfg.eval.examples] if cfg.eval.enabled else []
+        check_sendable(cfg.task.name, "train", train_examples)
+        check_sendable(cfg.task.name, "eval", chosen)
+        train = encode_prompts(tokenizer, train_examples, cfg.task, limit)
         evals = encode_prompts(tokenizer, chosen, cfg.task, limit)
     except (TaskDataError, PluginError) as e:
         raise ConfigError(str(e)) from None

@@ -47,3 +47,45 @@ class RepeatsIds(Countdown):
         super().__init__(config, seed)
         train = self._splits["train"]
         self._splits["eval"] = [Example(id=i, prompt="x", answer="y") for i in (0, 1)] + list(train[2:3])
+
+
+class HugeId(Countdown):
+    """One training example whose id does not fit in the 64 bits a message carries."""
+
+    def __init__(self, config, seed=0):
+        super().__init__(config, seed)
+        self._splits["train"] = [*self._splits["train"][:-1], Example(id=2**70, prompt="1", answer="0")]
+
+
+class StrIds(Countdown):
+    """Ids that are strings: the task itself works, the messages cannot carry them."""
+
+    def __init__(self, config, seed=0):
+        super().__init__(config, seed)
+        self._splits = {
+            s: [Example(id=str(e.id), prompt=e.prompt, answer=e.answer) for e in xs] for s, xs in self._splits.items()
+        }
+
+
+class NumpyIds(Countdown):
+    """numpy integer ids (from a parquet column, say): the codec sends them as ints."""
+
+    def __init__(self, config, seed=0):
+        import numpy as np
+
+        super().__init__(config, seed)
+        self._splits = {
+            s: [Example(id=np.int64(e.id), prompt=e.prompt, answer=e.answer) for e in xs]
+            for s, xs in self._splits.items()
+        }
+
+
+class UnpicklableMetadata(Countdown):
+    """Eval example 11 carries a generator in its metadata, which the reward ranks cannot send
+    to their scoring processes."""
+
+    def __init__(self, config, seed=0):
+        super().__init__(config, seed)
+        evals = list(self._splits["eval"])
+        evals[1] = Example(id=evals[1].id, prompt="x", answer="y", metadata={"ok": 1, "steps": (i for i in range(3))})
+        self._splits["eval"] = evals

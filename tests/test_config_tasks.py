@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 from mpi_helpers import REPO
 
@@ -290,3 +291,54 @@ def test_a_task_whose_ids_repeat_across_splits_is_refused_naming_them(base_confi
     match = r"example ids must be unique across both splits; 3 repeats: 0 \(again in eval\), 1 \(again in eval\), 2"
     with pytest.raises(ConfigError, match=match):
         prepare_data(cfg)
+
+
+@pytest.mark.parametrize(
+    "task, split, example, field",
+    [
+        ("HugeId", "train", "1180591620717411303424", r"its id 1180591620717411303424 does not fit in 64 bits"),
+        ("StrIds", "train", "'0'", r"its id is a str, not an int"),
+        (
+            "UnpicklableMetadata",
+            "eval",
+            "11",
+            r"its metadata\['steps'\] holds a builtins\.generator, which cannot be pickled",
+        ),
+    ],
+)
+def test_an_example_the_messages_cannot_carry_is_refused_naming_task_example_and_field(
+    base_config, task, split, example, field
+):
+    """Found at the first batch, or by the reward rank mid-run, before; now by the preflight."""
+    from launch.config import ConfigError
+    from launch.data import prepare_data
+
+    cfg = parse(base_config, task={"name": f"task_plugins:{task}"}, reward="exact", eval={"every_steps": 2})
+    match = rf"^task: task 'task_plugins:{task}', {split} example {example}: {field}"
+    with pytest.raises(ConfigError, match=match):
+        prepare_data(cfg)
+
+
+def test_numpy_integer_ids_are_sent_as_ints(base_config):
+    cfg = parse(base_config, task={"name": "task_plugins:NumpyIds"}, reward="exact", eval={"every_steps": 2})
+    assert prepare_data(cfg).stats["train_examples"] == 10
+
+
+@pytest.mark.parametrize(
+    "example_id",
+    [5, 2**64 - 1, -(2**63), 2**64, -(2**63) - 1, 2**70, True, "7", 3.0, None]
+    + [np.int64(3), np.int64(-(2**63)), np.uint64(2**64 - 1), np.bool_(True)],
+)
+def test_the_id_check_agrees_with_the_codec(example_id):
+    """What the preflight accepts is exactly what a Rollout carries there and back."""
+    from launch.data import _id_problem
+    from roles.protocol import Rollout
+    from transports import codec
+
+    ids = np.zeros(1, np.int32)
+    msg = Rollout(example_id, 0, 0, ids, [ids], [np.zeros(1, np.float32)], ["stop"], 0)
+    try:
+        carried = codec.decode(codec.encode(msg)).example_id == example_id
+    except codec.CodecError:
+        carried = False
+    assert (_id_problem(example_id) is None) == carried
