@@ -131,6 +131,7 @@ def run_rank(
         phases.append(("start.build", t, time.time()))
         for phase in phases:
             actor.spans.add(*phase)
+        actor.spans.start_file(cfg.run.out)  # from now on on disk as it goes: a killed run can be traced
         # The controller watches the others' loops; this thread watches its own.
         self_watch = None
         if role == "controller":

@@ -92,6 +92,11 @@ def main(argv: list[str] | None = None) -> None:
 
     if world.Get_rank() == 0:  # every rank has read the role map: its copy for report and advise
         from launch.run_folder import record_role_map
+        from runtime.spans import clear_spans
+
+        # Before any rank starts its span file (after the collective set-up, which waits for
+        # this rank): an earlier start's files, of ranks this start may not have, would mix in.
+        clear_spans(cfg.run.out)
 
         try:
             record_role_map(args.config, cfg.run.out)

@@ -35,8 +35,9 @@ def colour_of(name: str) -> str:
 def read_spans(run_dir: Path) -> list[dict]:
     """One dict per rank: rank, role, index, spans (name, start, end).
 
-    Each rank writes its file as it stops, so a rank killed meanwhile leaves a file cut short:
-    its undecodable lines are skipped, and a file without its header line is left out.
+    Each rank appends to its file every few seconds as it runs (runtime/spans.py), so a run
+    that was killed or crashed leaves its spans up to then, perhaps with a line cut short:
+    undecodable lines are skipped, and a file without its header line is left out.
     """
     files = sorted((run_dir / "spans").glob("rank-*.jsonl"))
     ranks = []
@@ -53,7 +54,7 @@ def read_spans(run_dir: Path) -> list[dict]:
             header, spans = lines[0], [s for s in lines[1:] if {"name", "start", "end"} <= s.keys()]
             ranks.append({**header, "spans": spans})
     if not ranks:
-        raise FileNotFoundError(f"no spans in {run_dir / 'spans'}: is {run_dir} the out folder of a finished run?")
+        raise FileNotFoundError(f"no spans in {run_dir / 'spans'}: is {run_dir} a run's out folder (run.out)?")
     return ranks
 
 

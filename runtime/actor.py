@@ -112,9 +112,12 @@ class Actor:
     def run(self) -> None:
         backoff = Backoff(self.min_idle_sleep_s, self.max_idle_sleep_s)
         preempted = False
+        spans = self.spans
         while self.running:
             LOOP.tick()  # a turn is progress (runtime.liveness tells a stuck loop from a busy one)
             turn_started = time.perf_counter()
+            if turn_started >= spans.flush_at:  # every few seconds, so a killed run can be traced
+                spans.flush()
             if PREEMPTION.requested and not preempted:
                 preempted = True
                 self.on_preempt()

@@ -244,11 +244,27 @@ def test_a_second_sigterm_aborts_at_once(tmp_path, sft_model):
 @pytest.mark.slow
 def test_a_run_of_two_trainers_resumes_on_one(tmp_path, sft_model):
     # FSDP2 shards written by two trainers, loaded by one (torch.distributed.checkpoint reshards)
+    from launch.trace import read_spans, write_trace
+
     run_dir = tmp_path / "run"
     two = _config(run_dir, sft_model, 0, world={"trainer": 2})
     _kill_after_checkpoint(two, run_dir, steps_done=4)
+    # Killed: every rank's spans are on disk up to then (runtime/spans.py), and trace reads them.
+    killed = read_spans(run_dir)
+    assert [r["role"] for r in killed] == ["controller", "generator", "reward", "trainer", "trainer"]
+    assert all("start.build" in [s["name"] for s in r["spans"]] for r in killed)
+    write_trace(run_dir)
     one = _config(run_dir, sft_model, 0, world={"trainer": 1})
     recipe.run_job(one, timeout_s=JOB_TIMEOUT_S, quiet=True)
     metrics = recipe.read_metrics(run_dir)
     assert [m["step"] for m in metrics] == list(range(STEPS))
     assert [m["policy_version"] for m in metrics] == list(range(1, STEPS + 1))
+    # Resumed on one rank fewer: the trace is this start's alone, each span once, the second
+    # trainer's file gone.
+    resumed = read_spans(run_dir)
+    assert [r["role"] for r in resumed] == ["controller", "generator", "reward", "trainer"]
+    killed_end = max(s["end"] for r in killed for s in r["spans"])
+    for r in resumed:
+        names = [s["name"] for s in r["spans"]]
+        assert names.count("start.python") == names.count("stop.mailbox_close") == 1, names
+        assert min(s["start"] for s in r["spans"]) > killed_end

@@ -8,8 +8,9 @@ import time
 import pytest
 from mpi_helpers import REPO
 
-from launch.trace import colour_of, write_trace
-from runtime.spans import Spans, process_started_at
+from launch.trace import colour_of, read_spans, write_trace
+from runtime.actor import Actor
+from runtime.spans import Spans, clear_spans, process_started_at
 
 
 def _fake_run(tmp_path):
@@ -116,3 +117,97 @@ def test_start_up_and_shutdown_phases_have_colours_of_their_own(tmp_path):
         "start.python",
         "stop.finish",
     }
+
+
+# ------------------------------------------------------------- spans written as the run goes
+
+
+class _Table:
+    rank, role, index = 3, "trainer", 0
+
+
+class _Mailbox:
+    """What an actor's loop asks of its mailbox, with no messages."""
+
+    role_table = _Table()
+
+    def poll(self):
+        return None
+
+    def progress(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def _lines(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_spans_reach_the_file_as_the_run_goes_and_the_end_rewrites_it_whole(tmp_path):
+    s = Spans(3, "trainer", 0)
+    s.add("start.build", 1.0, 2.0)
+    path = s.start_file(tmp_path)
+    assert [x.get("name") for x in _lines(path)] == [None, "start.build"]  # the header, then the start-up
+    assert s.flush_at - time.perf_counter() == pytest.approx(s.flush_every_s, abs=1.0)
+    s.add("train", 2.0, 3.0)
+    assert len(_lines(path)) == 2  # not yet due: nothing written per span
+    s.flush()
+    s.add("weight_send", 3.0, 3.5)
+    s.flush()
+    s.flush()  # nothing new: nothing written
+    assert [x.get("name") for x in _lines(path)] == [None, "start.build", "train", "weight_send"]
+    s.add("stop.mailbox_close", 4.0, 4.1)
+    s.write(tmp_path)  # the run's end: every span once, under a fresh header
+    assert [x.get("name") for x in _lines(path)] == [None, "start.build", "train", "weight_send", "stop.mailbox_close"]
+    assert not list((tmp_path / "spans").glob(".*"))  # no temporary file left
+
+
+def test_a_new_start_replaces_the_file_of_an_earlier_one(tmp_path):
+    """A resumed run: each rank's file holds this start's spans only, once; a rank the earlier
+    start had and this one lacks leaves nothing behind (launch/main.py clears them first)."""
+    for rank in (3, 4):
+        earlier = Spans(rank, "trainer", rank - 3)
+        earlier.add("start.python", 1.0, 2.0)
+        earlier.start_file(tmp_path)
+        earlier.add("train", 2.0, 3.0)
+        earlier.flush()  # then killed
+    clear_spans(tmp_path)
+    assert not list((tmp_path / "spans").iterdir())
+    again = Spans(3, "trainer", 0)
+    again.add("start.python", 10.0, 11.0)
+    again.start_file(tmp_path)
+    (rank,) = read_spans(tmp_path)
+    assert [(s["name"], s["start"]) for s in rank["spans"]] == [("start.python", 10.0)]
+
+
+def test_a_crashed_rank_leaves_its_spans_up_to_the_last_flush(tmp_path, monkeypatch):
+    """The actor loop flushes every flush_every_s (no thread): a rank that dies mid-run without
+    its final write is still traced up to its last turn's flush."""
+    monkeypatch.setattr(Spans, "flush_every_s", 0.03)
+
+    class Crashes(Actor):
+        turns = 0
+
+        def step(self):
+            with self.spans.span("train"):
+                time.sleep(0.01)
+            self.turns += 1
+            if self.turns == 20:
+                raise RuntimeError("killed")  # no Spans.write: as after kill -9
+            return True
+
+    actor = Crashes(_Mailbox())
+    actor.spans.add("start.build", time.time() - 1, time.time())
+    actor.spans.start_file(tmp_path)
+    with pytest.raises(RuntimeError, match="killed"):
+        actor.run()
+    (rank,) = read_spans(tmp_path)
+    assert rank["role"] == "trainer" and rank["spans"][0]["name"] == "start.build"
+    trains = [s["start"] for s in rank["spans"] if s["name"] == "train"]
+    # 20 turns of 10 ms or more, a flush due every 30 ms: several flushed, in order, none twice;
+    # the last one, recorded after the last flush, is not on disk.
+    assert 3 <= len(trains) < 20 and trains == sorted(set(trains))
+    trace = json.loads(write_trace(tmp_path)[0].read_text())
+    assert sum(e["name"] == "train" for e in trace["traceEvents"]) == len(trains)
