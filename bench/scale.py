@@ -32,8 +32,10 @@ default; ``--lengths lognormal`` draws a long tail). Per layout:
   ``launch/job.py``, which ``mpirl trace`` draws too);
 - ``peak_rss_mib``: each role's largest peak resident memory among its ranks;
 - ``advise_step_s``: the step time ``mpirl advise`` predicts for this layout from the
-  measurements of the mode's first layout (``advise_from``, e.g. 1 generator), and
-  ``advise_error``: its relative error against ``step_s`` (target <= 0.10).
+  measurements of the mode's first two layouts (``advise_from``, e.g. "1, 2 generators": a
+  generator's fixed cost per step fitted from both, as ``mpirl advise RUN1 RUN2`` does; the
+  second layout is predicted from the first alone), and ``advise_error``: its relative error
+  against ``step_s`` (target <= 0.10).
 
 Before the layouts, a ``"job": "demo"`` line measures the same start-up and shutdown figures
 for the demo's own 4-rank job (``examples/arith/async.yaml``, real model, ``--demo-steps``
@@ -212,15 +214,21 @@ def main() -> None:
     model_config = json.loads(config_json.read_text())
     model_config["max_position_embeddings"] = max(model_config.get("max_position_embeddings", 0), 1 << 16)
     config_json.write_text(json.dumps(model_config, indent=2))
-    reference: dict[str, tuple[int, Path]] = {}  # mode -> the first layout: what advise predicts from
+    # mode -> its first two layouts: what advise predicts from (the first alone for the second,
+    # both, fitted, for the others: launch/advise.py's fit_work)
+    reference: dict[str, list[tuple[int, Path]]] = {}
     for g in (int(x) for x in args.generators.split(",") if x):
         for mode in args.modes.split(","):
             run_dir = out / f"g{g}-{mode}"
             line = layout(args, g, mode, model_dir, run_dir)
-            ref_g, ref_dir = reference.setdefault(mode, (g, run_dir))
-            work, _, overlapped = advise.work_from_run(ref_dir)
-            predicted = advise.predict(work, generator=g, reward=1, trainer=1, overlapped=overlapped)
-            line["advise_from"] = f"{ref_g} generator{'s' if ref_g > 1 else ''}"
+            refs = reference.setdefault(mode, [])
+            if len(refs) < 2:
+                refs.append((g, run_dir))
+            used = [r for r in refs if r[1] != run_dir] or refs  # those before it; the first: itself
+            measured = [advise.work_from_run(d) for _, d in used]
+            work = advise.fit_work([(w, counts) for w, counts, _ in measured])
+            predicted = advise.predict(work, generator=g, reward=1, trainer=1, overlapped=measured[0][2])
+            line["advise_from"] = f"{', '.join(str(n) for n, _ in used)} generator{'s' if used[-1][0] > 1 else ''}"
             line["advise_step_s"] = round(predicted, 4)
             line["advise_error"] = round(abs(predicted - line["step_s"]) / line["step_s"], 3)
             print(json.dumps(line), flush=True)

@@ -12,9 +12,16 @@ a split ``(g, r, t)`` of the compute ranks gives a predicted step time of
 The advice is the split that minimises it. A synchronous run is also given the best
 overlapped split (``max_staleness: 1``), and a colocated run (the same ranks generate, then
 train: ``(W_gen + W_train)/n + W_reward/r``) only that: what switching to LlamaRL's layout
-would be worth. Linear scaling is optimistic for training (communication) and for
-generation at small batch, and the weight push is not modelled, so treat the prediction as
-a bound (bench/scale.py measures how far it lands).
+would be worth.
+
+Work does not always divide: a generator's decode step reads all the weights whatever its
+batch, so at small batch a generator's time shrinks less than its share of the rows. Given
+several runs of the same job with different rank counts (``mpirl advise RUN RUN2 ...``), each
+role's time per rank is fitted as ``F + W/n`` (least squares on ``1/n``): ``F`` the seconds a
+rank pays however many share the work, ``W`` the rank-seconds that divide. One run (or runs
+with equal counts) gives ``F = 0``, linear scaling, which is optimistic for generation at
+small batch and for training (communication). The weight push is not modelled either, so
+treat the prediction as a bound (bench/scale.py measures how far it lands).
 
 The run folder is read as ``mpirl report`` reads it (``launch/report/runs.py``): a stopped,
 still-running or resumed run is fine; a folder that is not a run is an :class:`AdviseError`
@@ -29,9 +36,18 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class RoleWork:
-    generate: float  # generator rank-seconds per step
+    generate: float  # generator rank-seconds per step (that divide over the generators)
     reward: float  # reward rank-seconds per step
     train: float  # trainer rank-seconds per step
+    # Seconds per step each rank of the role pays however many ranks share the work (fitted
+    # from runs with different rank counts: fit_work); 0 is linear scaling.
+    generate_fixed: float = 0.0
+    reward_fixed: float = 0.0
+    train_fixed: float = 0.0
+
+    def per_rank(self, role: str, ranks: int) -> float:
+        """Seconds a step of ``role``'s work takes on ``ranks`` ranks."""
+        return getattr(self, f"{role}_fixed") + getattr(self, role) / ranks
 
 
 @dataclass(frozen=True)
@@ -43,8 +59,50 @@ class Split:
 
 
 def predict(work: RoleWork, generator: int, reward: int, trainer: int, overlapped: bool) -> float:
-    parts = (work.generate / generator, work.reward / reward, work.train / trainer)
+    parts = (work.per_rank("generate", generator), work.per_rank("reward", reward), work.per_rank("train", trainer))
     return max(parts) if overlapped else sum(parts)
+
+
+def predict_colocated(work: RoleWork, colocated: int, reward: int) -> float:
+    """The same ranks generate, then train; the reward ranks score meanwhile."""
+    return work.per_rank("generate", colocated) + work.per_rank("train", colocated) + work.per_rank("reward", reward)
+
+
+_ROLE_OF_WORK = {"generate": "generator", "reward": "reward", "train": "trainer"}
+
+
+def fit_work(runs: list[tuple[RoleWork, dict]]) -> RoleWork:
+    """One ``RoleWork`` from measurements of the same job on different layouts.
+
+    ``runs``: each run's linear ``RoleWork`` (``work_from_run``) and rank counts. Per role, a
+    rank's time ``W_i / n_i`` is fitted as ``F + W / n_i`` by least squares on ``1/n``; with
+    fewer than two distinct counts ``F = 0`` and ``W`` is the runs' mean. A negative ``F`` or
+    ``W`` (noise) is clamped at 0 and the other refitted alone.
+    """
+    fitted = {}
+    for field, role in _ROLE_OF_WORK.items():
+        points = [(1.0 / n, getattr(w, field) / n) for w, counts in runs if (n := _ranks_doing(counts, role))]
+        xs = [x for x, _ in points]
+        mean_x, mean_y = sum(xs) / len(xs), sum(y for _, y in points) / len(points)
+        spread = sum((x - mean_x) ** 2 for x in xs)
+        if spread <= 1e-12 * max(1.0, mean_x * mean_x):
+            fixed, divisible = 0.0, mean_y / mean_x
+        else:
+            divisible = sum((x - mean_x) * (y - mean_y) for x, y in points) / spread
+            fixed = mean_y - divisible * mean_x
+            if fixed < 0:  # through the origin: linear scaling
+                fixed, divisible = 0.0, sum(x * y for x, y in points) / sum(x * x for x in xs)
+            elif divisible < 0:  # nothing divides: a constant time
+                fixed, divisible = mean_y, 0.0
+        fitted[field], fitted[f"{field}_fixed"] = divisible, fixed
+    return RoleWork(**fitted)
+
+
+def _ranks_doing(counts: dict, role: str) -> int:
+    """The ranks of a layout that do ``role``'s work (a colocated rank generates and trains)."""
+    if counts.get("colocated") and role in ("generator", "trainer"):
+        return counts["colocated"]
+    return counts[role]
 
 
 def best_split(work: RoleWork, total: int, overlapped: bool = True, prompts_per_step: int | None = None) -> Split:
@@ -142,15 +200,38 @@ def _prompts_per_step(config: dict) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
+def _rows_per_step(config: dict) -> tuple:
+    """What a step's work is made of: prompts and samples per prompt (None where not given)."""
+    from launch.report.runs import section
+
+    rollout = section(config, "rollout")
+    return rollout.get("prompts_per_step"), rollout.get("samples_per_prompt")
+
+
 def advise_from_run(run_dir: Path, total_ranks: int | None = None) -> str:
-    run = _read_run(run_dir)  # once: the work and the role map's settings come from it
-    work, counts, overlapped = _work_of(run)
+    return advise_from_runs([run_dir], total_ranks)
+
+
+def advise_from_runs(run_dirs: list[Path], total_ranks: int | None = None) -> str:
+    """The advice for the first run's job and mode; further runs of the same job on other
+    layouts let each role's per-rank time be fitted as fixed plus divisible (``fit_work``)."""
+    runs = [_read_run(d) for d in run_dirs]  # each once: the work and the role map come from it
+    measured = [_work_of(run) for run in runs]
+    run_dir, run = run_dirs[0], runs[0]
+    for other_dir, other in zip(run_dirs[1:], runs[1:]):
+        if _rows_per_step(other.config) != _rows_per_step(run.config):
+            raise AdviseError(
+                f"{other_dir} makes (prompts_per_step, samples_per_prompt) = {_rows_per_step(other.config)} "
+                f"a step, {run_dir} {_rows_per_step(run.config)}: runs given together must be the same job "
+                "on different layouts"
+            )
+    _, counts, overlapped = measured[0]
+    work = fit_work([(w, c) for w, c, _ in measured])
     total = sum(counts.values()) if total_ranks is None else total_ranks
     prompts_per_step = _prompts_per_step(run.config)
     if counts["colocated"]:
-        # The same ranks generate and then train, in turn; the reward ranks score meanwhile.
         n = counts["colocated"]
-        now = (work.generate + work.train) / n + work.reward / counts["reward"]
+        now = predict_colocated(work, n, counts["reward"])
         current = f"current split   colocated {n}, reward {counts['reward']} (generate, then train)"
         mode = "colocated (the same ranks generate, then train)"
     else:
@@ -159,12 +240,20 @@ def advise_from_run(run_dir: Path, total_ranks: int | None = None) -> str:
             f"current split   generator {counts['generator']}, reward {counts['reward']}, trainer {counts['trainer']}"
         )
         mode = "asynchronous (roles overlap)" if overlapped else "synchronous (roles take turns)"
-    lines = [
-        f"run: {run_dir}  mode: {mode}",
-        f"measured work per step (rank-seconds): generate {work.generate:.3f}, "
-        f"reward {work.reward:.3f}, train {work.train:.3f}",
-        f"{current}: predicted {now:.3f} s/step",
-    ]
+    lines = [f"run: {run_dir}  mode: {mode}"]
+    if len(runs) > 1:
+        lines.append(f"fitted with: {', '.join(str(d) for d in run_dirs[1:])}")
+    lines.append(
+        f"measured work per step (rank-seconds that divide over the role's ranks): generate {work.generate:.3f}, "
+        f"reward {work.reward:.3f}, train {work.train:.3f}"
+    )
+    fixed = [(f, getattr(work, f"{f}_fixed")) for f in _ROLE_OF_WORK if getattr(work, f"{f}_fixed") > 0]
+    if fixed:
+        lines.append(
+            "plus, per step, seconds each rank pays however many share the work: "
+            + ", ".join(f"{field} {value:.3f}" for field, value in fixed)
+        )
+    lines.append(f"{current}: predicted {now:.3f} s/step")
     # A synchronous or colocated run is also advised as separate roles that overlap
     # (run.max_staleness: 1), LlamaRL's layout: the figure it would be worth switching for.
     for label, overlap in [("advised split", overlapped)] + ([] if overlapped else [("asynchronous", True)]):

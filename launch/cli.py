@@ -216,10 +216,10 @@ def cmd_report(args) -> int:
 
 
 def cmd_advise(args) -> int:
-    from launch.advise import advise_from_run
+    from launch.advise import advise_from_runs
 
     try:
-        print(advise_from_run(Path(args.run_dir), total_ranks=args.ranks))
+        print(advise_from_runs([Path(d) for d in args.run_dirs], total_ranks=args.ranks))
     except ValueError as e:  # AdviseError (the run folder), or too few ranks to split
         print(f"mpirl: advise: {e}", file=sys.stderr)
         return config.EXIT_CONFIG
@@ -308,7 +308,12 @@ def main(argv: list[str] | None = None) -> None:
     p.set_defaults(fn=cmd_report)
 
     p = sub.add_parser("advise", help="recommend ranks per role from a run's measured times")
-    p.add_argument("run_dir")
+    p.add_argument(
+        "run_dirs",
+        nargs="+",
+        metavar="RUN_DIR",
+        help="a run's out folder; further runs of the same job on other layouts fit each role's fixed cost per rank",
+    )
     p.add_argument("--ranks", type=int, default=None, help="total compute ranks to split (default: the run's)")
     p.set_defaults(fn=cmd_advise)
 

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from mpi_helpers import REPO
 
-from launch.advise import RoleWork, advise_from_run, best_split, predict, work_from_run
+from launch.advise import RoleWork, advise_from_run, best_split, fit_work, predict, work_from_run
 
 
 def test_async_split_balances_the_slowest_role():
@@ -130,3 +130,57 @@ def test_the_advice_is_a_layout_the_role_map_accepts(tmp_path):
     config = yaml.safe_load((run / "config.yaml").read_text())
     (run / "config.yaml").write_text(yaml.safe_dump({**config, "rollout": {"prompts_per_step": 4}}))
     assert "trainer 2 (of 5 compute ranks): predicted 3.000" in advise_from_run(run, total_ranks=5)
+
+
+def _sync_world(generators):
+    return {"controller": 1, "generator": generators, "reward": 1, "trainer": 1}
+
+
+def test_a_fixed_cost_per_generator_is_fitted_from_runs_on_two_layouts():
+    # A generator's step: 0.032 s whatever its batch (a decode step reads all the weights) plus
+    # 1.64 rank-seconds that divide. Measured rank-seconds: 1 x 1.672 and 2 x 0.852.
+    one = (RoleWork(generate=1.672, reward=0.01, train=0.8), _sync_world(1))
+    two = (RoleWork(generate=1.704, reward=0.01, train=0.8), _sync_world(2))
+    work = fit_work([one, two])
+    assert work.generate_fixed == pytest.approx(0.032) and work.generate == pytest.approx(1.64)
+    assert work.train_fixed == 0.0 and work.train == pytest.approx(0.8)  # one trainer count: linear
+    # At 32 generators: 0.032 + 1.64/32 = 0.08325 s, where linear scaling from one run says 0.05225.
+    assert work.per_rank("generate", 32) == pytest.approx(0.08325)
+    assert fit_work([one]).per_rank("generate", 32) == pytest.approx(1.672 / 32)
+    assert predict(work, 32, 1, 1, overlapped=False) == pytest.approx(0.08325 + 0.01 + 0.8)
+
+
+def test_a_noisy_fit_never_goes_negative():
+    # More rank-seconds on more ranks than a constant time explains: the intercept would be
+    # negative, so the fit goes through the origin (linear scaling).
+    runs = [(RoleWork(1.0, 0.01, 1.0), _sync_world(1)), (RoleWork(0.9, 0.01, 1.0), _sync_world(2))]
+    work = fit_work(runs)
+    assert work.generate_fixed == 0.0 and work.generate > 0
+    # A rank's time that grows with the ranks: nothing divides, a constant time.
+    runs = [(RoleWork(1.0, 0.01, 1.0), _sync_world(1)), (RoleWork(2.4, 0.01, 1.0), _sync_world(2))]
+    work = fit_work(runs)
+    assert work.generate == 0.0 and work.generate_fixed == pytest.approx(1.1)
+
+
+def test_advise_fits_from_several_run_folders(tmp_path):
+    rollout = {"prompts_per_step": 8, "samples_per_prompt": 4}
+    runs = []
+    for g, per_rank in ((1, 1.672), (2, 0.852)):
+        run = _run_folder(tmp_path / f"g{g}", _sync_world(g), _lines(*[(i, per_rank * g, 0.8) for i in range(3)]), 0)
+        config = yaml.safe_load((run / "config.yaml").read_text())
+        (run / "config.yaml").write_text(yaml.safe_dump({**config, "rollout": rollout}))
+        runs.append(run)
+    cli = subprocess.run(
+        [sys.executable, "-m", "launch.cli", "advise", *map(str, runs)], cwd=REPO, capture_output=True, text=True
+    )
+    assert cli.returncode == 0, cli.stderr
+    assert "generate 0.032" in cli.stdout  # the fitted fixed cost, named
+    assert "current split   generator 1, reward 1, trainer 1: predicted 2.572 s/step" in cli.stdout  # 1.672 + 0.1 + 0.8
+    # Another job (other rows a step) cannot be fitted with it: exit 2, naming both.
+    (runs[1] / "config.yaml").write_text(
+        yaml.safe_dump({"world": _sync_world(2), "run": {"max_staleness": 0}, "rollout": {"prompts_per_step": 16}})
+    )
+    cli = subprocess.run(
+        [sys.executable, "-m", "launch.cli", "advise", *map(str, runs)], cwd=REPO, capture_output=True, text=True
+    )
+    assert cli.returncode == 2 and "same job" in cli.stderr and str(runs[1]) in cli.stderr
