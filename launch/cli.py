@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--no-data",
         action="store_true",
-        help="check the file only (not the task's data files, the tokenizer or the prompts)",
+        help="check the file only (not the task's data files, the model's weight files, the tokenizer or the prompts)",
     )
     p.set_defaults(fn=cmd_check)
 

@@ -110,6 +110,13 @@ class Actor:
         return n
 
     def run(self) -> None:
+        try:
+            self._loop()
+        except BaseException:
+            self.spans.flush()  # a failing rank's last seconds too, before the job is aborted
+            raise
+
+    def _loop(self) -> None:
         backoff = Backoff(self.min_idle_sleep_s, self.max_idle_sleep_s)
         preempted = False
         spans = self.spans

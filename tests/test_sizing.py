@@ -48,6 +48,26 @@ def test_the_parameter_count_is_read_from_the_safetensors_headers(tmp_path):
     assert shape.layers == 2 and shape.kv_width == 64 and shape.vocab == model.config.vocab_size
 
 
+def test_a_consolidated_copy_beside_indexed_shards_is_counted_once(tmp_path):
+    # Mistral's folders hold consolidated.safetensors and the shards the index names; transformers
+    # loads the shards, so the parameters are theirs.
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "num_hidden_layers": 1}))
+    a, b = {"a": np.zeros((4, 8), np.float32)}, {"b": np.zeros(16, np.float32)}
+    save_file(a, str(folder / "model-00001-of-00002.safetensors"))
+    save_file(b, str(folder / "model-00002-of-00002.safetensors"))
+    save_file({**a, **b}, str(folder / "consolidated.safetensors"))
+    index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    assert sizing.model_shape(str(folder)).params == 48
+    (folder / "model.safetensors.index.json").unlink()  # without an index every file counts
+    assert sizing.model_shape(str(folder)).params == 96
+
+
 def test_a_micro_batch_whose_logits_cannot_fit_is_refused_naming_the_fields(base_config, llama_8b_like, monkeypatch):
     monkeypatch.setattr(sizing, "machine_memory", lambda: 64 * GIB)
     # 64 rows x 8192 positions x 128256 vocab x 8 bytes: about 500 GiB of logits per trainer

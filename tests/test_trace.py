@@ -183,9 +183,11 @@ def test_a_new_start_replaces_the_file_of_an_earlier_one(tmp_path):
 
 
 def test_a_crashed_rank_leaves_its_spans_up_to_the_last_flush(tmp_path, monkeypatch):
-    """The actor loop flushes every flush_every_s (no thread): a rank that dies mid-run without
-    its final write is still traced up to its last turn's flush."""
+    """The actor loop flushes every flush_every_s (no thread): a rank killed mid-run (kill -9,
+    no final write) is still traced up to its last turn's flush; one whose loop raises flushes
+    everything on its way out."""
     monkeypatch.setattr(Spans, "flush_every_s", 0.03)
+    on_disk_at_turn_20 = []
 
     class Crashes(Actor):
         turns = 0
@@ -195,19 +197,25 @@ def test_a_crashed_rank_leaves_its_spans_up_to_the_last_flush(tmp_path, monkeypa
                 time.sleep(0.01)
             self.turns += 1
             if self.turns == 20:
-                raise RuntimeError("killed")  # no Spans.write: as after kill -9
+                on_disk_at_turn_20.extend(read_spans(tmp_path))  # what a kill -9 now would leave
+                raise RuntimeError("failed")
             return True
 
     actor = Crashes(_Mailbox())
     actor.spans.add("start.build", time.time() - 1, time.time())
     actor.spans.start_file(tmp_path)
-    with pytest.raises(RuntimeError, match="killed"):
+    with pytest.raises(RuntimeError, match="failed"):
         actor.run()
-    (rank,) = read_spans(tmp_path)
+    (rank,) = on_disk_at_turn_20
     assert rank["role"] == "trainer" and rank["spans"][0]["name"] == "start.build"
     trains = [s["start"] for s in rank["spans"] if s["name"] == "train"]
     # 20 turns of 10 ms or more, a flush due every 30 ms: several flushed, in order, none twice;
     # the last one, recorded after the last flush, is not on disk.
     assert 3 <= len(trains) < 20 and trains == sorted(set(trains))
+    # The failure itself flushed the rest: all 20, each once.
+    (rank,) = read_spans(tmp_path)
+    assert [s["start"] for s in rank["spans"] if s["name"] == "train"] == sorted(
+        set(s[1] for s in actor.spans.records if s[0] == "train")
+    )
     trace = json.loads(write_trace(tmp_path)[0].read_text())
-    assert sum(e["name"] == "train" for e in trace["traceEvents"]) == len(trains)
+    assert sum(e["name"] == "train" for e in trace["traceEvents"]) == 20
