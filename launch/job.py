@@ -177,6 +177,7 @@ def build_actor(cfg: RoleMap, dist: Distributed, preflight: Preflight | None = N
             dist.model_comm,
             shards=policy.local_params() if table.role == "trainer" else None,
             need=_generator_need(cfg) if table.role == "generator" else None,
+            synchronous=cfg.run.max_staleness == 0,
         )
     build = _BUILDERS.get(table.role)
     if build is None:

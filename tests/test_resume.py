@@ -137,12 +137,15 @@ def _wait_for_steps(proc, run_dir: Path, n: int) -> None:
 
 
 @pytest.mark.slow
-def test_sigterm_to_mpirl_run_checkpoints_exits_resumable_and_resumes(tmp_path, sft_model):
+# Staleness 0 on one host: weights.transport auto is MPI, whose posted receives a stopping
+# generator leaves behind as gloo's; 1: gloo.
+@pytest.mark.parametrize("staleness", [1, 0], ids=["async-gloo", "sync-mpi-buffers"])
+def test_sigterm_to_mpirl_run_checkpoints_exits_resumable_and_resumes(tmp_path, sft_model, staleness):
     from runtime.preemption import EXIT_RESUMABLE
 
     run_dir = tmp_path / "run"
     # No periodic checkpoints: the one on disk can only come from the signal.
-    config = _config(run_dir, sft_model, 1, checkpoint={"every_steps": 0}, run={"steps": 30})
+    config = _config(run_dir, sft_model, staleness, checkpoint={"every_steps": 0}, run={"steps": 30})
     proc = _start_with_mpirl_run(config)
     try:
         _wait_for_steps(proc, run_dir, 3)
