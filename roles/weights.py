@@ -23,22 +23,26 @@ class WeightsConfig(Section):
     bucket_mb: int = Field(64, gt=0, le=1 << 16)  # flat buffer size for bucketed point-to-point sends
 
 
-def resolve_transport(kind: str, placements: list[tuple[str, str | None]], synchronous: bool) -> str:
-    """The transport ``kind`` means for ranks at ``placements`` (each model rank's host, and
-    the device type of its trainer shards: None for a rank without).
+def resolve_transport(kind: str, placements: list[tuple[str, str | None, bool]], synchronous: bool) -> str:
+    """The transport ``kind`` means for ranks at ``placements``: each model rank's host, the
+    device type of its trainer shards (None for a rank without) and whether MPI's shared memory
+    can copy in one go there (``single_copy_shared_memory``).
 
     ``auto`` is ``torch`` (NCCL between GPUs, gloo between CPUs) except for CPU weights within
     one host in a synchronous run, where it is ``mpi``: there the push is the step's critical
     path, and Open MPI's shared memory moves it faster than gloo's loopback TCP (32 generators
     on 2 cores: 1.066-1.070x the ideal step against 1.076-1.121x, docs/log.md). Asynchronous
     runs keep gloo: its threads move the bytes while the trainer computes, where an MPI send
-    moves only when the trainer calls into MPI (1.051-1.053x against 1.017-1.021x).
+    moves only when the trainer calls into MPI (1.051-1.053x against 1.017-1.021x). So does a
+    host whose ranks cannot read each other's memory (a container forbidding it): there an
+    MPI message moves in fragments that each need the sender's next MPI call.
     """
     if kind != "auto":
         return kind
-    one_host = len({host for host, _ in placements}) == 1
-    on_cpu = all(device in (None, "cpu") for _, device in placements)
-    return "mpi" if one_host and on_cpu and synchronous else "torch"
+    one_host = len({host for host, _, _ in placements}) == 1
+    on_cpu = all(device in (None, "cpu") for _, device, _ in placements)
+    single_copy = all(ok for _, _, ok in placements)
+    return "mpi" if one_host and on_cpu and single_copy and synchronous else "torch"
 
 
 def build_weight_transport(config: WeightsConfig, comm, *, shards=None, need=None, synchronous: bool = False):
@@ -53,10 +57,13 @@ def build_weight_transport(config: WeightsConfig, comm, *, shards=None, need=Non
     from mpi4py import MPI
 
     from transports.weights import make_weight_transport
+    from transports.weights.mpi_buffers import single_copy_shared_memory
 
     shards = None if shards is None else list(shards)
     device = shards[0].tensor.device.type if shards else None
-    placements = comm.allgather((MPI.Get_processor_name(), device))  # every rank resolves alike
+    single_copy = config.transport == "auto" and single_copy_shared_memory()
+    # Every rank resolves alike, from what all of them found.
+    placements = comm.allgather((MPI.Get_processor_name(), device, single_copy))
     kind = resolve_transport(config.transport, placements, synchronous)
     if config.transport == "auto" and comm.Get_rank() == 0:
         print(f"mpirl: weights: transport {kind} (auto)", flush=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from pathlib import Path
 
 import torch
 from mpi4py import MPI
@@ -45,6 +46,38 @@ def mpi_cuda_aware() -> bool | None:
         if query(ctypes.c_int(0), ctypes.byref(flag)) == 0:  # 0 = MPIX_GPU_SUPPORT_CUDA
             return bool(flag.value)
     return None
+
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
+
+
+def single_copy_shared_memory() -> bool:
+    """Whether MPI's shared memory between ranks of this host can copy a large message in one
+    go, read by the receiver from the sender's memory (Linux cross-memory attach, Open MPI's
+    smsc/cma, MPICH's CMA): then the receiver moves the bytes whatever the sender is doing.
+    Without it a large message travels in fragments that the sender's own MPI calls push.
+
+    Needs ``process_vm_readv`` (a container's seccomp profile may forbid it: tried here on this
+    process's own memory) and a Yama ptrace scope of 0 or 1 (MPIs handle 1 themselves).
+    """
+    try:
+        scope = int(Path("/proc/sys/kernel/yama/ptrace_scope").read_text())
+    except (OSError, ValueError):
+        scope = 0  # no Yama: ordinary ptrace rules, which same-user ranks pass
+    if scope >= 2:
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        readv = libc.process_vm_readv
+    except (OSError, AttributeError):
+        return False
+    src, dst = ctypes.create_string_buffer(b"cma-test"), ctypes.create_string_buffer(8)
+    local = _IoVec(ctypes.cast(dst, ctypes.c_void_p), 8)
+    remote = _IoVec(ctypes.cast(src, ctypes.c_void_p), 8)
+    readv.restype = ctypes.c_ssize_t
+    done = readv(os.getpid(), ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    return done == 8 and dst.raw == src.raw[:8]
 
 
 class MPIChannel:
