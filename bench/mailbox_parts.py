@@ -7,8 +7,9 @@ mailbox's path, all measured in one run, alternating, medians of ``--reps``:
 
 1. ``raw``: ``Irecv`` posted ahead, ``Isend``, ``Wait`` (bench/mailbox.py's baseline);
 2. ``posted``: what the transport does on the wire, by hand: a synchronous-mode ``Issend`` into
-   a persistent receive posted ahead, polled with ``Test`` (yielding the core between polls)
-   and posted again once its bytes are copied out;
+   a persistent receive posted ahead, polled with ``Test`` (yielding the core between polls
+   where Open MPI's ``Wait`` would: bench/wait_policy.py) and posted again once its bytes are
+   copied out;
 3. ``transport``: ``MPITransport.send`` / ``poll`` of pre-encoded bytes (its framing, batching
    check, completion tracking, received-message bookkeeping);
 4. ``mailbox``: ``Mailbox.send`` / ``poll`` of a typed message (the msgpack codec, its
@@ -41,12 +42,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import msgpack  # noqa: E402
 from mpi4py import MPI  # noqa: E402
+from wait_policy import yield_when_idle  # noqa: E402
 
 from runtime import Mailbox, RoleTable  # noqa: E402
 from transports import codec  # noqa: E402
 from transports.mpi_transport import MPITransport  # noqa: E402
 
 TAG = 21
+YIELD = False  # set in main(): whether the wait loops give the core away (bench/wait_policy.py)
 PAYLOAD = bytes(range(64))  # bench/mailbox.py's small message: the same 64 bytes
 
 
@@ -101,7 +104,8 @@ def probe(comm: MPI.Comm, n: int) -> float:
                 out = bytearray(status.Get_count(MPI.BYTE))
                 msg.Recv([out, MPI.BYTE])
                 return out
-            os.sched_yield()
+            if YIELD:
+                os.sched_yield()
 
     return ssend_pingpong(comm, n, take)
 
@@ -118,7 +122,8 @@ def posted(comm: MPI.Comm, n: int, with_msgpack: bool = False) -> float:
 
     def take():
         while not request.Test(status):
-            os.sched_yield()
+            if YIELD:
+                os.sched_yield()
         out = bytes(memoryview(slot)[: status.Get_count(MPI.BYTE)])
         request.Start()
         return msgpack.unpackb(out) if with_msgpack else out
@@ -140,7 +145,8 @@ def transport(t: MPITransport, comm: MPI.Comm, n: int, frames: list) -> float:
     def take():
         while (got := t.poll()) is None:
             t.progress()
-            os.sched_yield()
+            if YIELD:
+                os.sched_yield()
         return got
 
     comm.Barrier()
@@ -162,7 +168,8 @@ def mailbox(mb: Mailbox, comm: MPI.Comm, n: int) -> float:
     def take():
         while (env := mb.poll()) is None:
             mb.progress()
-            os.sched_yield()
+            if YIELD:
+                os.sched_yield()
         return env.msg
 
     comm.Barrier()
@@ -191,6 +198,8 @@ def main() -> None:
     if world.Get_size() != 2:
         raise SystemExit("run with exactly 2 ranks: mpirun -n 2 python bench/mailbox_parts.py")
     comm = world.Dup()
+    global YIELD
+    YIELD = yield_when_idle(world)
     t = MPITransport(world.Dup())
     mb = Mailbox(RoleTable(world, ["a", "b"]))
     frames = codec.encode_frames(Small(0, PAYLOAD))
@@ -223,6 +232,7 @@ def main() -> None:
             "encode_us": round(per_call_us(lambda: codec.encode_frames(msg)), 2),
             "decode_us": round(per_call_us(lambda: codec.decode(header)), 2),
             "mailbox_over_raw": round(rtt["mailbox"] / rtt["raw"], 2),
+            "yield_when_idle": YIELD,
             "pings": args.pings,
             "reps": args.reps,
             "loadavg_1m": round(os.getloadavg()[0], 2),
