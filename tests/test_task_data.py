@@ -294,6 +294,15 @@ def test_dataset_task_skips_empty_chat_prompts(tmp_path):
     ]
     task = make("dataset", train_files=[str(write(tmp_path / "c.jsonl", rows))], prompt_key="messages")
     assert [ex.id for ex in task.examples("train")] == [2]
+    # A blank user turn is as empty as a blank text prompt, a system message beside it or not.
+    rows = [
+        {"messages": [{"role": "user", "content": "  \n"}]},
+        {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": ""}]},
+        {"messages": [{"role": "system", "content": ""}, {"role": "user", "content": "ok"}]},
+    ]
+    task = make("dataset", train_files=[str(write(tmp_path / "d.jsonl", rows))], prompt_key="messages")
+    assert [ex.id for ex in task.examples("train")] == [2]
+    assert task.skipped == {"task.train_files[0]": {"an empty 'messages'": 2}}
 
 
 # ---------------------------------------------------------------------- data errors
@@ -395,6 +404,79 @@ def test_a_wrongly_typed_cell_names_its_row(tmp_path, filename):
     )
 
 
+def test_numeric_answers_as_pandas_writes_them(tmp_path):
+    # An integer column with a gap is float64 in pandas: 72.0, and NaN for the gap.
+    rows = [
+        {"problem": "a", "answer": 72.0},
+        {"problem": "b", "answer": float("nan")},
+        {"problem": "c", "answer": 0.5},
+        {"problem": "d", "answer": 7},
+    ]
+    path = tmp_path / "m.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    task = make("math", train_files=[str(path)])
+    assert [ex.answer for ex in task.examples("train")] == ["72", "0.5", "7"]
+    assert task.skipped == {"task.train_files[0]": {"no 'answer' and no \\boxed{} in 'solution'": 1}}
+    path = write(tmp_path / "inf.jsonl", [{"problem": "a", "answer": 1}]).with_suffix(".jsonl")
+    path.write_text('{"problem": "a", "answer": Infinity}\n')
+    assert data_error("math", train_files=[str(path)]) == (
+        f"task.train_files[0]: {path}: row 0 (line 1): 'answer' is a number (inf), expected a string or a number"
+    )
+
+
+def test_a_lone_surrogate_is_named_by_its_row(tmp_path):
+    # Valid JSON, not valid text: the tokenizer failed on it with a TypeError naming no file.
+    path = tmp_path / "s.jsonl"
+    path.write_text('{"question": "ok", "answer": "#### 1"}\n{"question": "caf\\udce9", "answer": "#### 2"}\n')
+    assert data_error("gsm8k", train_files=[str(path)]) == (
+        f"task.train_files[0]: {path}: row 1 (line 2): 'question' holds a lone surrogate (U+DCE9) at "
+        "character 3: not valid Unicode text (an escape such as \\ud800 in JSON, without its pair)"
+    )
+    path.write_text('{"m": [{"role": "user", "content": "\\ud800"}]}\n')
+    assert "'m' message 0 (user) holds a lone surrogate (U+D800)" in data_error(
+        "dataset", train_files=[str(path)], prompt_key="m"
+    )
+    path.write_text('{"question": "\u00e9 \\ud83d\\ude00", "answer": "#### 1"}\n')  # a pair is an emoji
+    assert make("gsm8k", train_files=[str(path)]).examples("train")[0].prompt.startswith("\u00e9 \U0001f600")
+
+
+def test_json_that_python_cannot_hold_is_named_by_its_line(tmp_path):
+    good = json.dumps(GSM_ROWS[0])
+    path = tmp_path / "x.jsonl"
+    path.write_text(f'{good}\n{{"question": "q", "answer": {"9" * 5000}}}\n')
+    msg = data_error("gsm8k", train_files=[str(path)])
+    assert msg.startswith(f"task.train_files[0]: {path}: line 2: unreadable JSON (Exceeds the limit (4300 digits)")
+    path.write_text(f'{good}\n{{"question": {"[" * 100_000}{"]" * 100_000}}}\n')
+    assert data_error("gsm8k", train_files=[str(path)]) == (
+        f"task.train_files[0]: {path}: line 2: unreadable JSON (nested too deeply for Python's JSON parser)"
+    )
+    array = tmp_path / "x.json"
+    array.write_text(f"[{good}, {'[' * 100_000}{']' * 100_000}]")
+    assert data_error("gsm8k", train_files=[str(array)]) == (
+        f"task.train_files[0]: {array}: unreadable JSON (nested too deeply for Python's JSON parser)"
+    )
+
+
+def test_paths_that_a_shell_would_have_expanded_get_a_hint(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    shards = tmp_path / "data"
+    shards.mkdir()
+    for i in range(2):
+        write(shards / f"train-{i:05d}-of-00002.parquet", GSM_ROWS)
+    assert (
+        f"{shards}: a folder, but not one written by datasets' save_to_disk (it has no state.json); it holds "
+        "data files (train-00000-of-00002.parquet, train-00001-of-00002.parquet): list each of them in the field"
+    ) in config_error("gsm8k", train_files=[str(shards)])
+    assert "data/*.parquet: no such file or folder" in config_error("gsm8k", train_files=["data/*.parquet"])
+    assert "patterns are not expanded: list each file" in config_error("gsm8k", train_files=["data/*.parquet"])
+    assert "'~' is not expanded here: write the full path" in config_error("gsm8k", train_files=["~/x.parquet"])
+    gz = tmp_path / "x.jsonl.gz"
+    gz.write_bytes(b"")
+    assert f"{gz}: a compressed file (.gz), which is not read: decompress it first" in config_error(
+        "gsm8k", train_files=[str(gz)]
+    )
+
+
 def test_no_usable_rows_names_the_file_and_the_reasons(tmp_path):
     good = write(tmp_path / "good.jsonl", GSM_ROWS)
     rows = [
@@ -407,10 +489,12 @@ def test_no_usable_rows_names_the_file_and_the_reasons(tmp_path):
         f"task.train_files[1]: {bad}: no usable rows (3 rows: 2 with an empty 'question'; "
         "1 with no '#### <answer>' in 'answer')"
     )
-    empty = tmp_path / "empty.jsonl"
-    empty.write_text("\n")
-    msg = data_error("gsm8k", train_files=[str(empty)])
-    assert msg == f"task.train_files[0]: {empty}: no column 'question' (columns: none)"
+    # A file without rows says so, in every format (not "no column": it has no columns at all).
+    for name, text in [("empty.jsonl", "\n"), ("blank.jsonl", ""), ("empty.json", "[]")]:
+        empty = tmp_path / name
+        empty.write_text(text)
+        msg = data_error("gsm8k", train_files=[str(empty)])
+        assert msg == f"task.train_files[0]: {empty}: no usable rows (the file has no rows)"
     empty_table = tmp_path / "empty.parquet"
     pq.write_table(pa.table({"question": pa.array([], pa.string()), "answer": pa.array([], pa.string())}), empty_table)
     assert data_error("gsm8k", train_files=[str(empty_table)]) == (

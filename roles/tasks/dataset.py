@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from roles.tasks.base import Example, Messages
-from roles.tasks.file_task import BadRow, FileTask, FileTaskConfig, describe, text_cell
+from roles.tasks.file_task import BadRow, FileTask, FileTaskConfig, check_text, describe, text_cell
 
 ROLES = ("system", "user", "assistant")
 
@@ -23,7 +23,7 @@ ROLES = ("system", "user", "assistant")
 class DatasetConfig(FileTaskConfig):
     name: str = "dataset"
     prompt_key: str = "prompt"  # the column of prompts: text, or a list of chat messages
-    # The column of reference answers (text or integers), passed to the reward as
+    # The column of reference answers (text or numbers), passed to the reward as
     # example.answer. None: the prompts have no reference (the reward must not need one).
     answer_key: str | None = None
     metadata_keys: list[str] = []  # columns copied into example.metadata, for the reward
@@ -59,8 +59,8 @@ class DatasetTask(FileTask):
 
 
 def _messages(value: list | tuple, key: str) -> Messages | None:
-    """Validated chat messages (only role and content kept); None when there is nothing to say."""
-    if not value or all(isinstance(m, Mapping) and m.get("content") == "" for m in value):
+    """Validated chat messages (only role and content kept); None when the user says nothing."""
+    if not value:
         return None  # as unusable as an empty text prompt
     out = []
     for i, m in enumerate(value):
@@ -71,7 +71,12 @@ def _messages(value: list | tuple, key: str) -> Messages | None:
             raise BadRow(f"{key!r} message {i} has role {role!r} (roles: {', '.join(ROLES)})")
         if not isinstance(content, str):
             raise BadRow(f"{key!r} message {i} ({role}) has content {content!r:.40}, expected a string")
+        check_text(content, f"{key!r} message {i} ({role})")
         out.append({"role": role, "content": content})
     if not any(m["role"] == "user" for m in out):
         raise BadRow(f"{key!r} has no user message (roles: {', '.join(m['role'] for m in out)})")
+    # Blank user turns are as empty as a blank text prompt (skipped and counted, like one),
+    # whatever a system message says around them.
+    if not any(m["role"] == "user" and m["content"].strip() for m in out):
+        return None
     return tuple(out)

@@ -15,6 +15,7 @@ function of the usable rows and the seed, so every rank makes the same one witho
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -126,8 +127,11 @@ class FileTask(Task):
             usable, reasons = self._examples(rows, next_id)
             if not usable:
                 why = "; ".join(f"{n} with {r}" for r, n in reasons.most_common())
+                n = len(rows.rows)
                 raise rows.error(
-                    f"no usable rows ({len(rows.rows)} rows: {why})" if why else "no usable rows (the file has no rows)"
+                    f"no usable rows ({n} row{'s' if n != 1 else ''}: {why})"
+                    if why
+                    else "no usable rows (the file has no rows)"
                 )
             self.skipped[rows.field] = dict(reasons)
             examples += usable
@@ -171,16 +175,35 @@ class FileTask(Task):
 
 def text_cell(row: Mapping[str, Any], key: str, numbers: bool = False) -> str | None:
     """The string in column ``key``; None when missing, null or blank (an unusable row).
-    ``numbers``: an integer (a numeric answer column) is taken as its decimal text."""
+    ``numbers``: a number (a numeric answer column) is taken as its decimal text."""
     value = row.get(key)
-    if value is None:
+    # NaN is pandas' missing value: a column written from a DataFrame holds it for a gap.
+    if value is None or (isinstance(value, float) and math.isnan(value)):
         return None
     if numbers and isinstance(value, int) and not isinstance(value, bool):
         return str(value)
+    if numbers and isinstance(value, float) and math.isfinite(value):
+        # pandas stores an integer column that has gaps as floats: 72.0 is the answer 72.
+        return str(int(value)) if value.is_integer() else repr(value)
     if not isinstance(value, str):
-        want = "a string or an integer" if numbers else "a string"
+        want = "a string or a number" if numbers else "a string"
         raise BadRow(f"{key!r} is {describe(value)}, expected {want}")
+    check_text(value, repr(key))
     return value if value.strip() else None
+
+
+def check_text(value: str, what: str) -> None:
+    """Refuse a string no tokenizer can encode: JSON's ``\\ud800`` escapes decode to lone
+    surrogates, which are not Unicode text (the tokenizer failed on them with a TypeError)."""
+    if value.isascii():
+        return
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise BadRow(
+            f"{what} holds a lone surrogate (U+{ord(value[e.start]):04X}) at character {e.start}: "
+            "not valid Unicode text (an escape such as \\ud800 in JSON, without its pair)"
+        ) from None
 
 
 def describe(value: Any) -> str:

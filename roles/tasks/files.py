@@ -28,6 +28,8 @@ from roles.tasks.base import TaskDataError
 Kind = Literal["jsonl", "json", "parquet", "saved"]
 _SUFFIXES: dict[str, Kind] = {".jsonl": "jsonl", ".json": "json", ".parquet": "parquet"}
 _SUPPORTED = ".jsonl, .json, .parquet, or a folder written by datasets' save_to_disk"
+# Compressed files are not read: the JSON Lines reader names lines, and Parquet compresses inside.
+_COMPRESSED = {".gz", ".bz2", ".xz", ".zst", ".zip", ".lz4", ".tar", ".tgz"}
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,11 @@ def check_path(path: str | Path, field: str | None = None) -> Kind:
     p = Path(path)
     if not p.exists():
         where = "" if p.is_absolute() else f" (resolved to {p.resolve()})"
+        # Paths are never shell-expanded: say so, rather than leave "~" or "*" a mystery.
+        if str(path).startswith("~"):
+            where += "; '~' is not expanded here: write the full path"
+        elif any(c in str(path) for c in "*?["):
+            where += "; patterns are not expanded: list each file"
         raise TaskDataError(_name(field, path, f"no such file or folder{where}"))
     if p.is_dir():
         if (p / "dataset_dict.json").is_file():
@@ -81,13 +88,26 @@ def check_path(path: str | Path, field: str | None = None) -> Kind:
                 )
             )
         if not (p / "state.json").is_file():
+            # A folder of shards (a hub download's data/train-0000x-of-0000n.parquet) is common:
+            # name the files to list, since a folder's own order of them would be a guess.
+            shards = sorted(c.name for c in p.iterdir() if c.is_file() and c.suffix.lower() in _SUFFIXES)
+            hint = ""
+            if shards:
+                shown = ", ".join(shards[:3]) + (f", ... ({len(shards)} in all)" if len(shards) > 3 else "")
+                hint = f"; it holds data files ({shown}): list each of them in the field instead"
             raise TaskDataError(
-                _name(field, path, ("a folder, but not one written by datasets' save_to_disk (it has no state.json)"))
+                _name(
+                    field,
+                    path,
+                    f"a folder, but not one written by datasets' save_to_disk (it has no state.json){hint}",
+                )
             )
         return "saved"
     kind = _SUFFIXES.get(p.suffix.lower())
     if kind is None:
         what = f"unknown file type {p.suffix!r}" if p.suffix else "no file extension"
+        if p.suffix.lower() in _COMPRESSED:
+            what = f"a compressed file ({p.suffix}), which is not read: decompress it first"
         raise TaskDataError(_name(field, path, f"{what} (supported: {_SUPPORTED})"))
     return kind
 
@@ -177,8 +197,10 @@ def _read_json(path, field: str, kind: Kind, required, wanted: list[str]) -> Fil
                     lines.append(n)
     except (OSError, UnicodeDecodeError) as e:
         raise TaskDataError(_name(field, path, f"cannot read as UTF-8 text ({e})")) from None
-    # A key in some objects only is a column with missing values there (as in Arrow).
-    _present(tuple(names), required, wanted, field, path)
+    # A key in some objects only is a column with missing values there (as in Arrow). A file
+    # without a single row has no columns at all: that is "no rows", not a missing column.
+    if rows:
+        _present(tuple(names), required, wanted, field, path)
     return FileRows(field, str(path), tuple(names), rows, lines)
 
 
@@ -195,6 +217,8 @@ def _json_array(text: str, field: str, path) -> list[dict]:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise TaskDataError(_name(field, path, f"invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}")) from None
+    except (ValueError, RecursionError) as e:  # valid JSON that Python will not hold (see _json_lines)
+        raise TaskDataError(_name(field, path, f"unreadable JSON ({_unreadable(e)})")) from None
     for i, obj in enumerate(data):
         if not isinstance(obj, dict):
             raise TaskDataError(_name(field, path, f"item {i} of the JSON array is a {_json_type(obj)}, not an object"))
@@ -214,11 +238,21 @@ def _json_lines(lines, field: str, path, hint: bool):
         except json.JSONDecodeError as e:
             where = f"column {e.colno}" + (" (the end of the line)" if e.pos >= len(line) else "")
             raise TaskDataError(_name(field, path, f"line {n}: invalid JSON at {where}: {e.msg}{tip}")) from None
+        except (ValueError, RecursionError) as e:
+            raise TaskDataError(_name(field, path, f"line {n}: unreadable JSON ({_unreadable(e)})")) from None
         if not isinstance(obj, dict):
             raise TaskDataError(
                 _name(field, path, f"line {n}: a JSON {_json_type(obj)}, where each line holds one object{tip}")
             )
         yield n, obj
+
+
+def _unreadable(e: Exception) -> str:
+    """Why well-formed JSON still failed to load: Python's limits on integer digits (4300) and
+    on nesting (the recursion limit) turn a valid document into a ValueError or RecursionError."""
+    if isinstance(e, RecursionError):
+        return "nested too deeply for Python's JSON parser"
+    return f"{e}".split(";")[0]
 
 
 def _json_type(value: Any) -> str:
