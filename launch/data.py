@@ -27,6 +27,8 @@ class PreparedData:
     stats: dict = field(default_factory=dict)  # counts logged with every step and in the summary
     tokenizer_class: str | None = None  # roles.tokenizer.class_ref_of: what the reward ranks load
     eval_split: int = 0  # the task's eval examples (eval_files, eval_fraction), used or not
+    # Unusable rows a file-backed task skipped, per field: {"task.train_files[0]": {reason: n}}.
+    skipped: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def describe(self, task_name: str) -> str:
         s = self.stats
@@ -42,7 +44,18 @@ class PreparedData:
                 f"; left out for length (> {s['prompt_token_limit']} tokens): "
                 f"{s['prompts_too_long']} train, {s['eval_prompts_too_long']} eval prompts"
             )
-        return text + f"; longest prompt {s['longest_prompt']} tokens"
+        text += f"; longest prompt {s['longest_prompt']} tokens"
+        # Rows left out of the data must be seen where the counts are: a column of nulls, or
+        # answers without '#### N', otherwise shrink the data set without a word.
+        skipped = {f: reasons for f, reasons in self.skipped.items() if reasons}
+        if skipped:
+            total = sum(n for reasons in skipped.values() for n in reasons.values())
+            per_file = "; ".join(
+                f"{f}: " + ", ".join(f"{n} with {why}" for why, n in sorted(reasons.items(), key=lambda r: -r[1]))
+                for f, reasons in skipped.items()
+            )
+            text += f"; {total} unusable row{'s' if total != 1 else ''} skipped ({per_file})"
+        return text
 
 
 def check_model_files(cfg: RoleMap) -> None:
@@ -191,4 +204,5 @@ def prepare_data(cfg: RoleMap, tokenizer=None) -> PreparedData:
         check_memory(cfg, longest_prompt=stats["longest_prompt"])
     except ValueError as e:
         raise ConfigError(f"task: with prompts of up to {stats['longest_prompt']} tokens, {e}") from None
-    return PreparedData(train.ids, evals.ids, stats, tokenizer_class, eval_split=len(eval_examples))
+    skipped = dict(getattr(task, "skipped", None) or {})  # FileTask's; a user task may have none
+    return PreparedData(train.ids, evals.ids, stats, tokenizer_class, eval_split=len(eval_examples), skipped=skipped)

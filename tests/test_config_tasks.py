@@ -230,6 +230,21 @@ def test_the_data_line_says_when_the_eval_split_goes_unused(bpe_config, gsm8k_fi
     assert none.describe("gsm8k").startswith("task gsm8k: 7 train / 0 eval examples")
 
 
+def test_the_data_line_counts_the_rows_skipped_per_file(bpe_config, gsm8k_files, tmp_path):
+    train, test = map(str, gsm8k_files)
+    gaps = tmp_path / "gaps.jsonl"
+    rows = [{"question": None, "answer": "#### 1"}, {"question": "q", "answer": "1"}, {"question": "q", "answer": None}]
+    gaps.write_text("".join(json.dumps(r) + "\n" for r in rows + [{"question": "q", "answer": "#### 2"}] + rows[:1]))
+    task = {"name": "gsm8k", "train_files": [train, str(gaps)], "eval_files": [test]}
+    data = prepare_data(parse(bpe_config, task=task))
+    assert data.describe("gsm8k").endswith(
+        "; 4 unusable rows skipped (task.train_files[1]: 2 with an empty 'question', "
+        "1 with no '#### <answer>' in 'answer', 1 with an empty 'answer')"
+    )
+    clean = prepare_data(parse(bpe_config, task={"name": "gsm8k", "train_files": [train]}))
+    assert "skipped" not in clean.describe("gsm8k")
+
+
 def test_a_prompt_the_tokenizer_cannot_encode_is_named(base_config, gsm8k_files):
     cfg = parse(base_config, task={"name": "gsm8k", "train_files": [str(gsm8k_files[0])]})  # char tokenizer
     with pytest.raises(config.ConfigError, match=r"cannot encode the prompt of example 0"):
