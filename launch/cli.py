@@ -221,7 +221,7 @@ def cmd_advise(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from roles.checkpoint import export_hf, resolve
+    from roles.checkpoint import CheckpointIOError, export_hf, resolve
 
     path = resolve(args.checkpoint)
     out_dir = Path(args.out)
@@ -245,8 +245,8 @@ def cmd_export(args) -> int:
         return config.EXIT_CONFIG
     try:
         out = export_hf(path, args.out)
-    except FileNotFoundError as e:
-        print(f"mpirl: {e}", file=sys.stderr)
+    except (FileNotFoundError, CheckpointIOError) as e:  # not a checkpoint, or a damaged one
+        print(f"mpirl: export: {e}", file=sys.stderr)
         return config.EXIT_CONFIG
     print(f"{path} -> {out} (a Hugging Face model folder)")
     # --force keeps what it does not overwrite: weights a loader could take for the model's.

@@ -327,15 +327,43 @@ def export_hf(path: str | Path, out: str | Path) -> Path:
     if not is_complete(path):
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {COMPLETE} file)")
     saved = read_saved_config(path)
+    shards = path / "trainer"
+    _read_shard_index(shards)
     # The architecture and tokenizer come from the run's model folder; the weights from here.
+    model_path = saved.get("model", {}).get("path") if isinstance(saved.get("model"), dict) else None
+    if not isinstance(model_path, str) or not (Path(model_path) / "config.json").is_file():
+        raise CheckpointIOError(
+            f"{path}/config.yaml: its model.path {model_path!r}, whose architecture and tokenizer export "
+            "writes with the checkpoint's weights, is not a model folder here (moved or removed?)"
+        )
     model_cfg = ModelConfig.model_construct(**saved["model"])
     model = load_model(model_cfg)
     state = {"model": get_model_state_dict(model)}
-    with _single_process_is_meant():
-        dcp.load(state, storage_reader=RawShardReader(path / "trainer"), no_dist=True)
+    # A shard file cut short is DCP's CheckpointException (named by _dcp_errors_named); anything
+    # else that fails here names the checkpoint too, rather than escape as a traceback.
+    with _single_process_is_meant(), _dcp_errors_named("reading the policy from", path):
+        try:
+            dcp.load(state, storage_reader=RawShardReader(shards), no_dist=True)
+        except Exception as e:  # noqa: BLE001 - a damaged file raises any of many types
+            raise CheckpointIOError(f"reading the policy from {path} failed ({type(e).__name__}: {e})") from e
     set_model_state_dict(model, state["model"])
     Policy(model, model_cfg.path, sharded=False).save(out, is_leader=True)
     return Path(out)
+
+
+def _read_shard_index(shards: Path) -> None:
+    """The trainers' ``.metadata`` (where every tensor lies in the shard files) read, or a
+    CheckpointIOError naming it: DCP logs a traceback for each way it tries to read a missing or
+    damaged one before it raises, and raises an AssertionError that names no file."""
+    from roles.raw_shards import RawShardReader
+
+    f = shards / ".metadata"
+    if not f.is_file():
+        raise CheckpointIOError(f"{f}: missing (the trainers' shards are not all there)")
+    try:
+        RawShardReader(shards).read_metadata()
+    except Exception as e:  # noqa: BLE001 - a damaged pickle raises any of a dozen types
+        raise CheckpointIOError(f"{f}: damaged ({type(e).__name__}: {e})") from e
 
 
 # ------------------------------------------------------------------------------ finding

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -342,3 +343,62 @@ def test_export_refuses_a_folder_that_holds_files_unless_forced(tmp_path, monkey
             [sys.executable, "-m", "launch.cli", "export", "--help"], cwd=REPO, capture_output=True, text=True
         ).stdout
     )
+
+
+@pytest.fixture(scope="module")
+def saved_checkpoint(tmp_path_factory) -> Path:
+    """A complete checkpoint of a one-layer tiny Llama, as one trainer writes it (no MPI)."""
+    import torch
+    import yaml
+
+    from roles import checkpoint
+    from roles.models import ModelConfig
+    from roles.policy import load_model
+    from roles.tasks.tiny_llama import build_tiny_llama
+
+    root = tmp_path_factory.mktemp("export")
+    model_dir = build_tiny_llama(root / "model", "0123456789+=", hidden_size=64, num_layers=1, intermediate_size=64)
+    model = load_model(ModelConfig(path=str(model_dir)))
+    checkpoint.save_trainer_state(root / "step-00000001", model, torch.optim.AdamW(model.parameters()), None)
+    (root / "step-00000001" / "config.yaml").write_text(yaml.safe_dump({"model": {"path": str(model_dir)}}))
+    (root / "step-00000001" / checkpoint.COMPLETE).write_text("1\n")
+    return root / "step-00000001"
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("truncate the shard file", r"reading the policy from .* failed \(trainer 0: EOFError: checkpoint file ends"),
+        ("garble .metadata", r"trainer/\.metadata: damaged \("),
+        ("remove .metadata", r"trainer/\.metadata: missing \(the trainers' shards are not all there\)"),
+        ("remove config.yaml", r"config\.yaml: cannot be read \(No such file"),
+        ("move the model", r"its model\.path '.*gone', whose architecture and tokenizer .* is not a model folder here"),
+    ],
+)
+def test_export_of_a_damaged_checkpoint_exits_2_naming_the_file(saved_checkpoint, tmp_path, capsys, damage, message):
+    import yaml
+
+    ckpt = tmp_path / saved_checkpoint.name
+    shutil.copytree(saved_checkpoint, ckpt)
+    if damage == "truncate the shard file":
+        shard = next((ckpt / "trainer").glob("*.raw"))
+        os.truncate(shard, 1000)  # into the model's tensors (the optimizer state lies after them)
+    elif damage == "garble .metadata":
+        (ckpt / "trainer" / ".metadata").write_bytes(b"garbage")
+    elif damage == "remove .metadata":
+        (ckpt / "trainer" / ".metadata").unlink()
+    elif damage == "remove config.yaml":
+        (ckpt / "config.yaml").unlink()
+    else:
+        (ckpt / "config.yaml").write_text(yaml.safe_dump({"model": {"path": str(tmp_path / "gone")}}))
+    code, _, err = run_cli(["export", str(ckpt), str(tmp_path / "out")], capsys)
+    assert code == 2, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert err.startswith("mpirl: export: ") and re.search(message, err), err
+    assert not (tmp_path / "out" / "model.safetensors").exists()  # nothing half-written
+
+
+def test_export_of_an_intact_checkpoint_writes_a_model_folder(saved_checkpoint, tmp_path, capsys):
+    code, _, err = run_cli(["export", str(saved_checkpoint), str(tmp_path / "out")], capsys)
+    assert code == 0, err
+    assert {"model.safetensors", "config.json"} <= {p.name for p in (tmp_path / "out").iterdir()}
