@@ -59,11 +59,13 @@ class PreparedData:
 
 
 def check_model_files(cfg: RoleMap) -> None:
-    """The model's safetensors files whole and consistent, by their headers (never their data),
-    and its index, if any, naming only files and tensors that are there: a ``ConfigError``."""
-    from launch.model_files import WeightFileError, check_weight_files
+    """The model's config.json readable with a model_type; its safetensors files whole and
+    consistent, by their headers (never their data), and its index, if any, naming only files
+    and tensors that are there: a ``ConfigError``."""
+    from launch.model_files import WeightFileError, check_config_file, check_weight_files
 
     try:
+        check_config_file(cfg.model.path)  # before the tokenizer, whose loader reads it too
         check_weight_files(cfg.model.path)
     except WeightFileError as e:
         raise ConfigError(f"model.path: {e}") from None

@@ -171,6 +171,36 @@ def read_weight_map(folder: str | Path) -> dict[str, str] | None:
     return weight_map
 
 
+def check_config_file(folder: str | Path) -> dict:
+    """The folder's ``config.json`` as a JSON object with a ``model_type``, or a
+    :class:`WeightFileError` naming it and what is wrong. Every model rank's loader
+    (``AutoModelForCausalLM``) needs both; without this check a file cut short, one saved with a
+    BOM, or one without ``model_type`` passed ``mpirl check`` (or failed it as "cannot load a
+    tokenizer") and stopped every rank later with a traceback."""
+    f = Path(folder) / "config.json"
+    try:
+        text = f.read_bytes().decode("utf-8")
+    except OSError as e:
+        raise WeightFileError(f"{f}: cannot read it: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise WeightFileError(f"{f}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+    if text.startswith("\ufeff"):  # transformers' json.loads refuses it too
+        raise WeightFileError(f"{f}: starts with a byte-order mark, which transformers cannot read: save it without")
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        raise WeightFileError(f"{f}: not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise WeightFileError(f"{f}: a JSON {type(data).__name__}, not an object")
+    model_type = data.get("model_type")
+    if not isinstance(model_type, str) or not model_type:
+        raise WeightFileError(
+            f"{f}: no model_type (got {model_type!r}): transformers cannot tell which model class to "
+            'build (e.g. "model_type": "llama")'
+        )
+    return data
+
+
 def check_weight_files(folder: str | Path) -> int:
     """Every ``*.safetensors`` in ``folder`` read whole from its header (:func:`read_header`),
     and the index of a sharded model (``model.safetensors.index.json``), if any, checked

@@ -168,6 +168,26 @@ def test_the_preflight_refuses_a_truncated_file_naming_it(base_config, dummy_mod
         prepare_data(cfg)
 
 
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b'{"model_type": "llama",', r"not valid JSON \(Expecting property name"),
+        (b"[1, 2]", r"a JSON list, not an object"),
+        (b'{"hidden_size": 64}', r"no model_type \(got None\): transformers cannot tell which model class"),
+        (b'{"model_type": ""}', r"no model_type \(got ''\)"),
+        (b'\xef\xbb\xbf{"model_type": "llama"}', r"starts with a byte-order mark"),
+        (b'{"model_type": "caf\xe9"}', r"not UTF-8 text \(invalid continuation byte at byte 19\)"),
+    ],
+)
+def test_the_preflight_refuses_a_config_json_no_loader_can_use(base_config, dummy_model, content, problem):
+    # Before the tokenizer: its loader failed on these as "cannot load a tokenizer", or (no
+    # model_type) passed, and every model rank stopped later with a traceback.
+    (dummy_model / "config.json").write_bytes(content)
+    cfg = config.parse(base_config)
+    with pytest.raises(config.ConfigError, match=rf"^model\.path: {dummy_model / 'config.json'}: {problem}"):
+        prepare_data(cfg)
+
+
 def test_mpirl_check_exits_2_naming_the_damaged_file(base_config, dummy_model, write_config):
     f = write_weights(dummy_model / "model.safetensors")
     _truncate(f)
