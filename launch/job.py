@@ -165,7 +165,8 @@ def build_actor(cfg: RoleMap, dist: Distributed, preflight: Preflight | None = N
             reference=cfg.algorithm.kl_coef > 0,
         )
     elif table.role == "generator":
-        engine = _engine(cfg, dist)  # before the exchange below: it loads while the trainers load the policy
+        # Before the exchange below: it loads while the trainers load the policy.
+        engine = _engine(cfg, dist, preflight=preflight)
     # The transport is collective over the model ranks; colocated ranks take part with neither.
     transport = None
     if dist.model_comm is not None:
@@ -243,7 +244,7 @@ def prepare_controller(cfg: RoleMap, resume=None) -> Preflight:
     return Preflight(data=data, backends=backends, tokenizer_class=data.tokenizer_class)
 
 
-def _engine(cfg, dist, module=None):
+def _engine(cfg, dist, module=None, preflight: Preflight | None = None):
     from roles.engines import make_engine
 
     return make_engine(
@@ -251,6 +252,7 @@ def _engine(cfg, dist, module=None):
         cfg.model,
         seed=cfg.run.seed + dist.role_table.index,
         module=module,
+        tokenizer_class=preflight.tokenizer_class if preflight else None,
         max_seqs=cfg.generator_batch_prompts() * cfg.rollout.samples_per_prompt,
     )
 
@@ -326,7 +328,7 @@ def _colocated(cfg, dist, routes, schedule, policy, transport, engine, preflight
     # (cast, or requantized, as it is copied).
     g = cfg.world.generator
     shares = g.engine == "torch" and g.dtype in (None, cfg.model.dtype) and g.quantization is None
-    engine = _engine(cfg, dist, module=policy.model if shares else None)
+    engine = _engine(cfg, dist, module=policy.model if shares else None, preflight=preflight)
     sync = LocalEngineSync(engine, shares_module=shares)
     return ColocatedActor(
         dist.mailbox,

@@ -76,6 +76,22 @@ def load_tokenizer(path: str, class_ref: str | None = None):
     return tokenizer, class_ref
 
 
+def eos_ids(path: str, class_ref: str | None = None) -> tuple[int, ...]:
+    """The EOS id of model folder ``path``'s tokenizer, as a tuple: empty when the folder holds
+    no tokenizer files or its tokenizer names no EOS.
+
+    A chat template ends the assistant's turn with the tokenizer's EOS (``<|im_end|>``), which
+    a checkpoint's ``generation_config.json`` need not list (a base model's config ends at
+    ``<|endoftext|>``): a response must end at either, as vLLM's do.
+    """
+    folder = Path(path)
+    if not folder.is_dir() or not any(p.name.startswith(_TOKENIZER_FILE_PREFIXES) for p in folder.iterdir()):
+        return ()
+    tokenizer, _ = load_tokenizer(str(path), class_ref)
+    eos = tokenizer.eos_token_id
+    return () if eos is None else (int(eos),)
+
+
 def remember_tokenizer_class(path: str) -> None:
     """Record the class AutoTokenizer picks for a folder mpirl has just written (the SFT warm
     start), so that the first job on it starts as fast as later ones. For a process that has

@@ -267,3 +267,43 @@ def test_int8_keeps_a_tied_output_layer_tied_whatever_its_name(tmp_path):
     engine.load_weights(source.named_parameters())
     assert model.lm_head.weight is model.transformer.wte.weight
     assert torch.equal(model.lm_head.weight, source.lm_head.weight)
+
+
+def test_a_response_ends_at_the_tokenizers_eos_where_the_model_config_names_another(tmp_path, prompts):
+    """A chat template ends the turn with the tokenizer's EOS; a checkpoint's config may name
+    another (a base model's ``<|endoftext|>``). Sampling on past the turn's end gave the reward
+    the text of made-up turns after it (decoded without the special tokens). vLLM stops at both,
+    and so does the torch engine: from a folder by itself, from a module given ``stop_ids``."""
+    import json
+
+    from roles.tokenizer import eos_ids
+
+    folder = build_tiny_llama(tmp_path / "m", ALPHABET, seed=0, **TINY.kwargs())
+    bos = 1  # the config's EOS from here on; the tokenizer's is still <eos> (2)
+    for name in ("config.json", "generation_config.json"):
+        cfg = json.loads((folder / name).read_text())
+        cfg["eos_token_id"] = bos
+        (folder / name).write_text(json.dumps(cfg))
+    assert eos_ids(str(folder)) == (EOS,)
+    module = AutoModelForCausalLM.from_pretrained(folder)
+    for engine in (TorchEngine(folder), TorchEngine(module, stop_ids=eos_ids(str(folder)))):
+        assert engine.eos_ids.tolist() == [bos, EOS] and engine.pad_id == 0
+        out = _flat(engine.generate(prompts, 8, SamplingConfig(max_new_tokens=6, seed=0)))
+        ends = set()
+        for s in out:
+            stops = np.flatnonzero(np.isin(s.response_ids, [bos, EOS])).tolist()
+            assert stops == ([len(s.response_ids) - 1] if s.finish_reason == "stop" else [])
+            if s.finish_reason == "stop":
+                ends.add(int(s.response_ids[-1]))
+        assert EOS in ends  # not vacuous: the tokenizer's EOS ended some responses
+    assert TorchEngine(module).eos_ids.tolist() == [bos]  # a module alone: its config's EOS only
+
+
+def test_a_folder_without_a_tokenizer_stops_at_its_config_eos(tmp_path):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from roles.tokenizer import eos_ids
+
+    GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=50, eos_token_id=7)).save_pretrained(tmp_path)
+    assert eos_ids(str(tmp_path)) == ()
+    assert TorchEngine(tmp_path).eos_ids.tolist() == [7]

@@ -4,18 +4,31 @@ from roles.engines.base import EngineConfig, Sample, SamplingConfig
 from roles.models import torch_dtype
 
 
-def make_engine(config: EngineConfig, model, *, max_seqs: int, seed: int = 0, module=None):
+def make_engine(
+    config: EngineConfig, model, *, max_seqs: int, seed: int = 0, module=None, tokenizer_class: str | None = None
+):
     """The engine ``config`` names, loaded from ``model`` (the role map's ``ModelConfig``).
 
     ``max_seqs``: sequences one generation batch decodes (prompts x samples).
     ``module``: an in-memory model the torch engine samples with directly (colocated mode).
+    ``tokenizer_class``: the class the controller loaded the tokenizer with
+    (``roles.tokenizer.class_ref_of``), so that the torch engine reads its EOS without the
+    auto classes.
     """
     if config.engine == "torch":
         from roles.engines.torch_engine import TorchEngine
+        from roles.tokenizer import eos_ids
 
+        # The tokenizer's EOS ends a response too (a chat template's end of turn), as in vLLM.
+        stop_ids = eos_ids(model.path, tokenizer_class)
         if module is not None:
-            return TorchEngine(module)  # sample with the caller's module: shared, not copied
-        return TorchEngine(model.path, dtype=torch_dtype(config.dtype or model.dtype), quantization=config.quantization)
+            return TorchEngine(module, stop_ids=stop_ids)  # sample with the caller's module: shared, not copied
+        return TorchEngine(
+            model.path,
+            dtype=torch_dtype(config.dtype or model.dtype),
+            quantization=config.quantization,
+            stop_ids=stop_ids,
+        )
     if config.engine == "vllm":
         from roles.engines.vllm_engine import VllmEngine
 

@@ -26,6 +26,11 @@ class TorchEngine:
 
     ``model`` is a directory (loaded with ``AutoModelForCausalLM``) or a model object, which
     is then used as is: weights are shared with the caller, not copied.
+
+    A response ends at any of the model's EOS ids (``generation_config.json``, else
+    ``config.json``) and ``stop_ids``: by default, for a directory, its tokenizer's EOS
+    (``roles.tokenizer.eos_ids``), which ends a chat template's turn even where the model's
+    config names another EOS; vLLM stops at both too.
     """
 
     def __init__(
@@ -35,7 +40,12 @@ class TorchEngine:
         dtype: torch.dtype | None = None,
         max_batch_rows: int = 512,
         quantization: str | None = None,
+        stop_ids: Iterable[int] | None = None,
     ):
+        if stop_ids is None and isinstance(model, (str, Path)):
+            from roles.tokenizer import eos_ids
+
+            stop_ids = eos_ids(str(model))
         if isinstance(model, (str, Path)):
             from roles.models.loading import load_complete
 
@@ -49,6 +59,7 @@ class TorchEngine:
         eos = self.model.generation_config.eos_token_id
         eos = cfg.eos_token_id if eos is None else eos
         eos = [eos] if isinstance(eos, int) else list(eos or [])
+        eos = list(dict.fromkeys([*eos, *(int(i) for i in stop_ids or ())]))  # the model's first: pad falls back to it
         self.eos_ids = torch.tensor(eos, dtype=torch.long, device=self.device)
         pad = cfg.pad_token_id if cfg.pad_token_id is not None else (eos[0] if eos else 0)
         self.pad_id = int(pad)  # only ever sits under a 0 in the attention mask
