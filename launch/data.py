@@ -62,13 +62,23 @@ def check_model_files(cfg: RoleMap) -> None:
     """The model's config.json readable with a model_type; its safetensors files whole and
     consistent, by their headers (never their data), and its index, if any, naming only files
     and tensors that are there: a ``ConfigError``."""
-    from launch.model_files import WeightFileError, check_config_file, check_weight_files
+    from launch.model_files import WeightFileError, check_config_file, check_weight_files, has_safetensors
 
     try:
         check_config_file(cfg.model.path)  # before the tokenizer, whose loader reads it too
         check_weight_files(cfg.model.path)
     except WeightFileError as e:
         raise ConfigError(f"model.path: {e}") from None
+    # vLLM generators take their parameter names from the safetensors headers (and the weight
+    # pushes then fill them): a pytorch_model.bin-only folder loads on the torch engine and
+    # the trainers, and failed on every vLLM generator at start with a traceback.
+    generates = cfg.world.generator.ranks or cfg.world.colocated.ranks
+    if generates and cfg.world.generator.engine == "vllm" and not has_safetensors(cfg.model.path):
+        raise ConfigError(
+            f"world.generator.engine: vllm reads safetensors weights, and {cfg.model.path} holds only "
+            "pytorch_model.bin: save the model with safe_serialization (save_pretrained's default), "
+            "or use engine: torch"
+        )
 
 
 def load_tokenizer(cfg: RoleMap):

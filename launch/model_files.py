@@ -18,9 +18,14 @@ files.
 
 from __future__ import annotations
 
+import ast
+import difflib
+import importlib.util
 import json
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 # Bits per element of each dtype a safetensors header may name (the library's own list, as of
@@ -52,6 +57,9 @@ DTYPE_BITS = {
 # The safetensors library refuses a longer header (a length this large is a damaged file).
 MAX_HEADER_BYTES = 100_000_000
 INDEX_NAME = "model.safetensors.index.json"  # transformers' index of a sharded checkpoint
+# The older weight format transformers' from_pretrained also loads (the torch engine and the
+# trainers do; vLLM's weight loading here reads safetensors only).
+TORCH_WEIGHT_NAMES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
 
 
 class WeightFileError(ValueError):
@@ -198,19 +206,93 @@ def check_config_file(folder: str | Path) -> dict:
             f"{f}: no model_type (got {model_type!r}): transformers cannot tell which model class to "
             'build (e.g. "model_type": "llama")'
         )
+    known = transformers_model_types(model_type)
+    if model_type not in known:
+        close = difflib.get_close_matches(model_type, known, n=3)
+        hint = f" (close: {', '.join(close)})" if close else ""
+        raise WeightFileError(
+            f"{f}: model_type {model_type!r} is not one this transformers knows{hint}: "
+            "the model ranks could not build it"
+        )
     return data
+
+
+def transformers_model_types(model_type: str) -> Collection[str]:
+    """The ``model_type`` names transformers' ``AutoConfig`` builds, as far as needed to tell
+    whether ``model_type`` is one of them (a name it does not know cannot be loaded).
+
+    First transformers' generated table (``models/auto/auto_mappings.py``), read as text:
+    importing the auto classes takes seconds and imports torch, which the controller's rank
+    must not do. Only a name not in that table costs the import, to be sure before refusing:
+    the live mapping also holds the few names added outside the table and any type a plug-in
+    registered with ``AutoConfig.register``. If transformers cannot tell, every name passes:
+    the loaders then say.
+    """
+    table = _generated_model_types()
+    if table is not None and model_type in table:
+        return table
+    try:
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+    except Exception:  # noqa: BLE001 - a transformers laid out otherwise: not ours to refuse
+        return {model_type}
+    return set(CONFIG_MAPPING.keys()) | set(getattr(CONFIG_MAPPING, "_extra_content", {}))
+
+
+@cache
+def _generated_model_types() -> frozenset[str] | None:
+    spec = importlib.util.find_spec("transformers")  # finds the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    table = Path(spec.submodule_search_locations[0]) / "models" / "auto" / "auto_mappings.py"
+    try:
+        tree = ast.parse(table.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == "CONFIG_MAPPING_NAMES" for t in node.targets)
+            and isinstance(node.value, ast.Call)
+            and node.value.args
+        ):
+            try:
+                pairs = ast.literal_eval(node.value.args[0])  # OrderedDict([(model_type, class name), ...])
+                return frozenset(name for name, _ in pairs)
+            except (ValueError, TypeError):
+                return None
+    return None
+
+
+def has_torch_weights(folder: str | Path) -> bool:
+    """Whether the folder holds weights in torch's pickle format (``pytorch_model.bin``, or
+    its shards and their index)."""
+    return any((Path(folder) / name).is_file() for name in TORCH_WEIGHT_NAMES)
+
+
+def has_safetensors(folder: str | Path) -> bool:
+    return any(p.is_file() for p in Path(folder).glob("*.safetensors"))
 
 
 def check_weight_files(folder: str | Path) -> int:
     """Every ``*.safetensors`` in ``folder`` read whole from its header (:func:`read_header`),
     and the index of a sharded model (``model.safetensors.index.json``), if any, checked
     against them: each file it names exists, and holds each tensor it maps there. Returns the
-    number of files checked; the first problem is a :class:`WeightFileError`."""
+    number of files checked; the first problem is a :class:`WeightFileError`.
+
+    A folder with no weights at all (only a config and a tokenizer: a download that stopped
+    early, the wrong folder) is refused: it used to pass, and every model rank then failed
+    to load it with a traceback. ``pytorch_model.bin`` weights are left to their loader.
+    """
     folder = Path(folder)
     headers = {p.name: read_header(p) for p in sorted(folder.glob("*.safetensors")) if p.is_file()}
     index = folder / INDEX_NAME
     weight_map = read_weight_map(folder)
     if weight_map is None:
+        if not headers and not has_torch_weights(folder):
+            raise WeightFileError(
+                f"{folder}: holds no weights (no *.safetensors, {INDEX_NAME} or pytorch_model.bin): "
+                "point model.path at the folder save_pretrained wrote"
+            )
         return len(headers)
     by_file: dict[str, list[str]] = {}
     for tensor, name in weight_map.items():

@@ -28,14 +28,18 @@ os.environ.setdefault("MPIRL_CACHE_DIR", tempfile.mkdtemp(prefix="mpirl-test-cac
 
 @pytest.fixture
 def dummy_model(tmp_path) -> Path:
-    """A folder that passes the role map's checks: a config.json (no weights) and the arith
-    demo's character tokenizer, so the data step (``launch.data``) can render prompts."""
+    """A folder that passes the role map's checks: a config.json, a one-tensor weight file
+    (a folder without weights is refused) and the arith demo's character tokenizer, so the
+    data step (``launch.data``) can render prompts. Nothing here can be loaded as a model."""
+    from model_folders import write_placeholder_weights
+
     from roles.tasks.arith import ALPHABET
     from roles.tasks.tiny_llama import save_char_tokenizer
 
     d = tmp_path / "model"
     d.mkdir()
     (d / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    write_placeholder_weights(d)
     save_char_tokenizer(d, ALPHABET)
     return d
 

@@ -13,6 +13,7 @@ import sys
 
 import numpy as np
 import pytest
+from model_folders import write_placeholder_weights
 from mpi_helpers import REPO
 
 from launch import config
@@ -55,6 +56,7 @@ def bpe_config(base_config, tmp_path):
     d = tmp_path / "bpe_model"
     d.mkdir()
     (d / "config.json").write_text(json.dumps({"model_type": "llama", "max_position_embeddings": 256}))
+    write_placeholder_weights(d)
     save_bpe_chat_tokenizer(d, ["Ann has 3 pens and buys 2 more. How many pens?"] * 4, vocab_size=300)
     raw = copy.deepcopy(base_config)
     raw["model"]["path"] = str(d)

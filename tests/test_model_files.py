@@ -14,7 +14,7 @@ from mpi_helpers import REPO
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from launch import config
+from launch import config, model_files
 from launch.data import prepare_data
 from launch.model_files import WeightFileError, check_weight_files, read_header
 
@@ -153,8 +153,66 @@ def test_an_index_must_name_files_and_tensors_that_are_there(tmp_path):
         check_weight_files(tmp_path)
 
 
-def test_a_folder_without_weights_is_left_to_the_other_checks(tmp_path):
+def test_a_folder_without_weights_is_refused(tmp_path):
+    # Only a config and a tokenizer (a download stopped early, the wrong folder): it passed,
+    # and every model rank then failed to load it with a traceback.
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    with pytest.raises(WeightFileError, match=rf"^{tmp_path}: holds no weights \(no \*\.safetensors"):
+        check_weight_files(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["pytorch_model.bin", "pytorch_model.bin.index.json"])
+def test_torch_format_weights_are_left_to_their_loader(tmp_path, name):
+    (tmp_path / name).write_bytes(b"not read here")
     assert check_weight_files(tmp_path) == 0
+
+
+def test_an_unknown_model_type_is_refused_with_the_close_names(base_config, dummy_model):
+    (dummy_model / "config.json").write_text('{"model_type": "lama"}')
+    cfg = config.parse(base_config)
+    with pytest.raises(
+        config.ConfigError, match=r"model_type 'lama' is not one this transformers knows \(close: llama"
+    ):
+        prepare_data(cfg)
+
+
+def test_a_known_type_is_found_without_importing_transformers():
+    code = (
+        "import sys; from launch.model_files import transformers_model_types; "
+        "assert {'llama', 'qwen2', 'gpt2', 'mistral'} <= set(transformers_model_types('llama')); "
+        "assert 'transformers' not in sys.modules and 'torch' not in sys.modules"
+    )
+    run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+
+
+def test_a_type_outside_the_generated_table_is_asked_of_transformers_itself():
+    # gpt-sw3 is added to the mapping outside the table; a plug-in may register its own.
+    from transformers import AutoConfig, LlamaConfig
+
+    class FrobConfig(LlamaConfig):
+        model_type = "frobnicator-test"
+
+    AutoConfig.register("frobnicator-test", FrobConfig)
+    for name in ("gpt-sw3", "frobnicator-test"):
+        assert name not in model_files._generated_model_types()
+        assert name in model_files.transformers_model_types(name)
+
+
+def test_a_transformers_that_cannot_tell_refuses_no_type(monkeypatch, tmp_path):
+    monkeypatch.setattr(model_files, "_generated_model_types", lambda: None)
+    monkeypatch.setitem(sys.modules, "transformers.models.auto.configuration_auto", None)  # import fails
+    (tmp_path / "config.json").write_text('{"model_type": "frobnicator"}')
+    assert model_files.check_config_file(tmp_path)["model_type"] == "frobnicator"
+
+
+def test_vllm_generators_need_safetensors(base_config, dummy_model):
+    (dummy_model / "model.safetensors").unlink()
+    (dummy_model / "pytorch_model.bin").write_bytes(b"not read here")
+    prepare_data(config.parse(base_config))  # the torch engine loads it
+    base_config["world"]["generator"] = {"ranks": 1, "engine": "vllm"}
+    with pytest.raises(config.ConfigError, match=r"^world\.generator\.engine: vllm reads safetensors weights"):
+        prepare_data(config.parse(base_config))
 
 
 # ------------------------------------------------------------ the preflight and mpirl check
@@ -234,8 +292,11 @@ def test_the_check_imports_no_torch(tmp_path):
     """It runs on the controller's rank, which must start without torch (docs/log.md)."""
     write_weights(tmp_path / "model.safetensors")
     code = (
-        "import sys; from launch.data import check_model_files; from launch.model_files import check_weight_files; "
-        f"assert check_weight_files({str(tmp_path)!r}) == 1; assert 'torch' not in sys.modules, 'torch was imported'"
+        "import sys; from launch.data import check_model_files; "
+        "from launch.model_files import check_weight_files; "
+        f"assert check_weight_files({str(tmp_path)!r}) == 1; "
+        "assert 'torch' not in sys.modules, 'torch was imported'; "
+        "assert 'transformers' not in sys.modules, 'transformers was imported'"
     )
     run = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]

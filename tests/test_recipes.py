@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from model_folders import write_placeholder_weights
 from mpi_helpers import REPO
 
 from launch import config
@@ -54,6 +55,7 @@ def stand_in_model(tmp_path_factory):
 
     d = tmp_path_factory.mktemp("stand_in")
     (d / "config.json").write_text(json.dumps({"model_type": "qwen2", "max_position_embeddings": 32768}))
+    write_placeholder_weights(d)
     save_bpe_chat_tokenizer(d, ["Tom has 3 apples and eats 1.", "What is \\frac{1}{2}?"], vocab_size=300)
     return d
 

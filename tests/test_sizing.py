@@ -150,6 +150,7 @@ def test_other_families_names_for_the_shapes_are_read(dummy_model):
     llama = {"num_hidden_layers": 48, "hidden_size": 2048, "num_attention_heads": 16, "vocab_size": 512}
     gpt2 = {"model_type": "gpt2", "n_layer": 48, "n_embd": 2048, "n_head": 16, "n_inner": None, "vocab_size": 512}
     mpt = {"model_type": "mpt", "n_layers": 48, "d_model": 2048, "n_heads": 16, "vocab_size": 512}
+    (dummy_model / "model.safetensors").unlink()  # the shapes from config.json alone: no parameter count
     shapes = []
     for data in (llama, gpt2, mpt):
         (dummy_model / "config.json").write_text(json.dumps(data))
