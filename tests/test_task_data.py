@@ -545,6 +545,11 @@ def test_wrong_config_combinations(tmp_path):
         config_error("gsm8k", train_files=[a], eval_files=[b], eval_fraction=0.1)
     )
     assert "eval_files[0] is also train_files[0]" in config_error("gsm8k", train_files=[a], eval_files=[a])
+    # A file listed twice, or once through a link, would have its rows read (and trained on) twice.
+    link = tmp_path / "a-link.jsonl"
+    link.symlink_to(a)
+    assert "train_files[1] is also train_files[0]" in config_error("gsm8k", train_files=[a, str(link)])
+    assert "eval_files[2] is also eval_files[0]" in config_error("gsm8k", train_files=[a], eval_files=[b, a, b])
     assert "eval_fraction" in config_error("gsm8k", train_files=[a], eval_fraction=1.0)
     assert "max_examples" in config_error("gsm8k", train_files=[a], max_examples=0)
     msg = config_error("gsm8k", train_files=[a], question_column="q")

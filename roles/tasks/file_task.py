@@ -70,6 +70,14 @@ class FileTaskConfig(TaskConfig):
                 f"eval_files and eval_fraction ({self.eval_fraction}) are two ways "
                 "to make the eval split: give one of them"
             )
+        for name in ("train_files", "eval_files"):
+            # Listed twice (or through a link), a file's rows would be read twice: each a
+            # separate example, so trained on twice as often as the others, silently.
+            seen: dict[Path, int] = {}
+            for i, p in enumerate(getattr(self, name)):
+                j = seen.setdefault(Path(p).resolve(), i)
+                if j != i:
+                    raise ValueError(f"{name}[{i}] is also {name}[{j}] ({p}): its rows would be read twice")
         train = {Path(p).resolve(): i for i, p in enumerate(self.train_files)}
         for i, p in enumerate(self.eval_files):
             if Path(p).resolve() in train:
