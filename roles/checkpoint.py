@@ -446,12 +446,17 @@ def read_saved_config(path: str | Path) -> dict:
 
 def check_readable(path: str | Path) -> None:
     """CheckpointIOError naming the first damaged small file of checkpoint ``path``: its
-    ``controller.json``, ``config.yaml`` and every rank's ``rng/rank-*.pkl``. The trainers'
-    shards are read, and a damaged one named, by the trainers themselves (load_trainer_state)."""
+    ``controller.json``, ``config.yaml`` and every rank's ``rng/rank-*.pkl``, and the trainers'
+    shard index (``trainer/.metadata``) missing. The shards are read, and a damaged one named,
+    by the trainers themselves (load_trainer_state); the index is only looked for here, since
+    reading it takes torch, which the controller's rank, where this runs, does without."""
     read_controller_state(path)
     read_saved_config(path)
     for f in sorted((Path(path) / "rng").glob("rank-*.pkl")):
         read_rng(f)
+    index = Path(path) / "trainer" / ".metadata"
+    if not index.is_file():
+        raise CheckpointIOError(f"{index}: missing (the trainers' shards are not all there)")
 
 
 def steps_done(path: str | Path) -> int:

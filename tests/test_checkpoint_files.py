@@ -24,7 +24,9 @@ def _plan(tmp_path, text="x: 1\n", keep=2):
 
 
 def _write(plan, steps, state=None):
-    plan.write_controller_part(steps, state or {"position": {}, "next_eval_group": 0})
+    part = plan.write_controller_part(steps, state or {"position": {}, "next_eval_group": 0})
+    (part / "trainer").mkdir(exist_ok=True)
+    (part / "trainer" / ".metadata").write_bytes(b"the trainers' shard index (not read by these checks)")
     return plan.finalize(steps)
 
 
@@ -166,6 +168,7 @@ def test_resume_from_a_path_that_is_no_checkpoint_is_a_config_error(base_config,
         ("config.yaml", b"just text\n", r"config\.yaml: damaged \(not a role map but a str\)"),
         ("rng/rank-00000.pkl", b"\x80\x05garbage", r"rank-00000\.pkl: damaged \(UnpicklingError"),
         ("rng/rank-00000.pkl", b"", r"rank-00000\.pkl: damaged \(EOFError"),
+        ("trainer/.metadata", None, r"trainer/\.metadata: missing \(the trainers' shards are not all there\)"),
     ],
 )
 def test_a_damaged_file_of_the_newest_checkpoint_is_a_config_error_naming_it(
@@ -175,7 +178,10 @@ def test_a_damaged_file_of_the_newest_checkpoint_is_a_config_error_naming_it(
     plan = cfg.checkpoints()
     _write(plan, 2)
     newest = _write(plan, 4)
-    (newest / file).write_bytes(content)
+    if content is None:
+        (newest / file).unlink()
+    else:
+        (newest / file).write_bytes(content)
     before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
     with pytest.raises(config.ConfigError, match=what) as e:
         find_resume(cfg)
