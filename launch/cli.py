@@ -312,7 +312,9 @@ def main(argv: list[str] | None = None) -> None:
     p.set_defaults(fn=cmd_advise)
 
     p = sub.add_parser("export", help="write a checkpoint's policy as a Hugging Face model folder")
-    p.add_argument("checkpoint", help="a checkpoint (step-NNNNNNNN), or a checkpoint folder: its newest")
+    p.add_argument(
+        "checkpoint", help="a checkpoint (step-NNNNNNNN), or a checkpoint folder or a run folder (run.out): its newest"
+    )
     p.add_argument("out", help="the folder to write (safetensors, config, tokenizer): new or empty, unless --force")
     p.add_argument(
         "--force",

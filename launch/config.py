@@ -260,7 +260,9 @@ class RoleMap(Section):
 
     def checkpoint_dir(self) -> Path:
         """Where this run's checkpoints go: ``checkpoint.dir``, else ``<run.out>/checkpoints``."""
-        return Path(self.checkpoint.dir) if self.checkpoint.dir else Path(self.run.out) / "checkpoints"
+        from roles.checkpoint import RUN_CHECKPOINTS
+
+        return Path(self.checkpoint.dir) if self.checkpoint.dir else Path(self.run.out) / RUN_CHECKPOINTS
 
     # roles.protocol is imported here, not at the top: it brings torch (the codec) and MPI.
 

@@ -378,9 +378,15 @@ def complete_checkpoints(root: str | Path) -> list[Path]:
     return sorted(found, key=lambda p: p.name)
 
 
+RUN_CHECKPOINTS = "checkpoints"  # under run.out, unless checkpoint.dir puts them elsewhere
+
+
 def resolve(path: str | Path) -> Path:
-    """``path`` itself, or for a checkpoint folder (one with ``latest``) its newest checkpoint."""
+    """``path`` itself, or for a checkpoint folder (one with ``latest``) its newest checkpoint,
+    or for a run folder (``run.out``, whose ``checkpoints/`` has one) the newest of its own."""
     path = Path(path)
+    if path.is_dir() and not (path / LATEST).is_file() and (path / RUN_CHECKPOINTS / LATEST).is_file():
+        path = path / RUN_CHECKPOINTS
     if path.is_dir() and (path / LATEST).is_file():
         return path / (path / LATEST).read_text().strip()
     return path

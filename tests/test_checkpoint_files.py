@@ -139,6 +139,18 @@ def test_resume_auto_finds_the_newest_and_never_ignores_it(base_config, tmp_path
     assert find_resume(explicit).steps_done == 2
 
 
+def test_a_run_folder_or_its_checkpoint_folder_names_its_newest(base_config, tmp_path):
+    cfg = _run_config(base_config, tmp_path)
+    plan = cfg.checkpoints()
+    _write(plan, 2)
+    newest = _write(plan, 4)
+    run = tmp_path / "run"
+    assert checkpoint.resolve(run) == checkpoint.resolve(run / "checkpoints") == newest
+    assert checkpoint.resolve(newest) == newest
+    assert checkpoint.resolve(tmp_path) == tmp_path  # neither: itself, refused by its caller
+    assert find_resume(_run_config(base_config, tmp_path, **{"run.resume": str(run)})).steps_done == 4
+
+
 def test_resume_refuses_a_changed_seed_or_task_and_allows_more_steps(base_config, tmp_path):
     _write(_run_config(base_config, tmp_path).checkpoints(), 2)
     assert find_resume(_run_config(base_config, tmp_path, **{"run.steps": 99})).steps_done == 2

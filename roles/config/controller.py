@@ -26,7 +26,8 @@ class ControllerConfig(Section):
     stall_timeout_s: float = Field(600.0, ge=0)
     # auto: continue from the newest complete checkpoint in the run's checkpoint folder if there
     # is one, else start afresh; never: always start afresh (the folder's checkpoints are left
-    # alone until new ones replace them); or the path of one checkpoint to continue from.
+    # alone until new ones replace them); or the path of one checkpoint to continue from (or of a
+    # checkpoint folder, or of a run folder: its newest).
     resume: str = "auto"
 
     @field_validator("resume")
