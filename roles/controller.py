@@ -232,10 +232,12 @@ class ControllerActor(ForwardsStopSignals, Actor):
                 samples_per_prompt=self.rollout.samples_per_prompt,
             )
 
-    def _send_batch(self, **fields) -> None:
-        """Number a batch, seed it, and hand it to its generator."""
-        batch_id = self.next_batch_id
-        self.next_batch_id += 1
+    def _send_batch(self, batch_id: int | None = None, **fields) -> None:
+        """Number a batch (training batches in turn; eval batches bring theirs, apart, see
+        ``protocol.eval_batch_id``), seed it, and hand it to its generator."""
+        if batch_id is None:
+            batch_id = self.next_batch_id
+            self.next_batch_id += 1
         batch = PromptBatch(batch_id=batch_id, seed=protocol.batch_seed(self.config.seed, batch_id), **fields)
         self.mailbox.send(self.routes.generator_for(batch_id), batch)
 
@@ -253,23 +255,25 @@ class ControllerActor(ForwardsStopSignals, Actor):
         self.next_eval_round += 1
         self.eval_rounds[rnd.round] = rnd
         passes = [(EVAL_GREEDY, 1, 0.0)] + ([(EVAL_SAMPLED, ev.samples, ev.temperature)] if ev.samples else [])
-        for purpose, n, temperature in passes:
-            for start in range(0, len(ids), self.batch_prompts):
-                chunk = ids[start : start + self.batch_prompts]
-                groups = protocol.eval_group_ids(self.next_eval_group, len(chunk))
-                self.next_eval_group += len(chunk)
-                self._send_batch(
-                    step=rnd.step,
-                    min_version=version,
-                    example_ids=chunk,
-                    group_ids=groups,
-                    prompts=[self.eval_prompts[i] for i in chunk],
-                    samples_per_prompt=n,
-                    purpose=purpose,
-                    eval_round=rnd.round,
-                    temperature=temperature,
-                    max_new_tokens=ev.max_new_tokens,
-                )
+        starts = range(0, len(ids), self.batch_prompts)
+        batches = [(p, start) for p in passes for start in starts]
+        for index, ((purpose, n, temperature), start) in enumerate(batches):
+            chunk = ids[start : start + self.batch_prompts]
+            groups = protocol.eval_group_ids(self.next_eval_group, len(chunk))
+            self.next_eval_group += len(chunk)
+            self._send_batch(
+                batch_id=protocol.eval_batch_id(rnd.round, index, len(batches)),
+                step=rnd.step,
+                min_version=version,
+                example_ids=chunk,
+                group_ids=groups,
+                prompts=[self.eval_prompts[i] for i in chunk],
+                samples_per_prompt=n,
+                purpose=purpose,
+                eval_round=rnd.round,
+                temperature=temperature,
+                max_new_tokens=ev.max_new_tokens,
+            )
 
     @handles(EvalScored)
     def on_eval_scored(self, env: Envelope) -> None:

@@ -267,8 +267,27 @@ def eval_group_ids(groups_sent: int, n: int) -> list[int]:
     return [-(groups_sent + i + 1) for i in range(n)]
 
 
+def eval_batch_id(eval_round: int, index: int, per_round: int) -> int:
+    """The id of batch ``index`` of the ``per_round`` of evaluation round ``eval_round``.
+
+    Negative, and counted apart from the training batches' (0, 1, 2, ...): so evaluating never
+    moves a training batch's id, nor therefore its seed, and the rounds a resumed run kept
+    (not sent again) leave the next training batches the seeds of the uninterrupted run. By
+    round, so a round sent again after a resume is seeded as it was the first time. Spread
+    over the generators by :meth:`Routes.generator_for` like training batches.
+    """
+    return -(1 + eval_round * per_round + index)
+
+
+# Eval batches' seeds start here: above any training batch's of the same run seed.
+_EVAL_SEED_BASE = 1 << 32
+
+
 def batch_seed(run_seed: int, batch_id: int) -> int:
-    """The sampling seed of a batch: distinct per batch, reproducible per run."""
+    """The sampling seed of a batch: distinct per batch, reproducible per run, never negative
+    (an eval batch's id is: :func:`eval_batch_id`)."""
+    if batch_id < 0:
+        return run_seed * 1_000_003 + _EVAL_SEED_BASE - batch_id
     return run_seed * 1_000_003 + batch_id
 
 

@@ -360,3 +360,37 @@ def test_prompts_go_out_one_version_early_but_not_to_colocated_ranks(tmp_path, b
         assert steps_sent() == list(range(version + max_staleness + ahead + 1))
     # Whatever went out early carries the version it must be sampled with.
     assert all(b.min_version == max(0, b.step - max_staleness) for b in mb.batches())
+
+
+def test_evaluating_never_moves_a_training_batchs_seed(tmp_path, base_config):
+    """Eval batches are numbered apart from training batches. When they took ids from the same
+    counter, a resumed run that kept an eval round done before the stop (not sent again) gave
+    the next training batches that round's ids and seeds: at max_staleness 0, not the
+    bit-identical continuation checkpoints promise; and changing eval.every_steps on resume
+    moved every later training seed."""
+
+    def run(name, eval_cfg):
+        ctl, mb, _ = _controller(tmp_path / name, base_config, steps=3, eval_cfg=eval_cfg, max_staleness=0)
+        for step in range(3):
+            for b in [b for b in mb.batches() if b.eval_round >= 0 and b.eval_round in ctl.eval_rounds]:
+                _scored_eval(ctl, b, lambda eid, j: 1)
+            _train_step(ctl, step, step + 1)
+        return mb
+
+    plain = run("plain", None)
+    evaluated = run("evaluated", {"every_steps": 1, "before_training": True, "samples": 2})
+    train = [(b.step, b.batch_id, b.seed) for b in plain.batches(TRAIN)]
+    assert train == [(b.step, b.batch_id, b.seed) for b in evaluated.batches(TRAIN)]
+    evals = [b for b in evaluated.batches() if b.purpose != TRAIN]
+    assert {b.eval_round for b in evals} == {0, 1, 2, 3}  # before training, after each step
+    ids = [b.batch_id for b in evals]
+    seeds = {b.seed for b in evals}
+    assert all(i < 0 for i in ids) and len(set(ids)) == len(ids)
+    assert len(seeds) == len(evals) and min(seeds) >= 0 and not seeds & {s for _, _, s in train}
+
+    # A round sent again after a resume (the controller's round counter restored) is seeded as
+    # the first time.
+    again, mb, _ = _controller(tmp_path / "again", base_config, steps=3, eval_cfg={"every_steps": 1, "samples": 2})
+    again.next_eval_round = 2
+    again._start_eval(version=2)
+    assert [b.seed for b in mb.batches() if b.purpose != TRAIN] == [b.seed for b in evals if b.eval_round == 2]
