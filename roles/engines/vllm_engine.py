@@ -140,8 +140,7 @@ class VllmEngine:
                     logprobs=0,  # just the sampled token's log-prob (processed: see module doc)
                     flat_logprobs=True,  # a few flat lists per sample instead of a dict per token
                     detokenize=False,  # token ids are all we return
-                    # vLLM gives sample j of a request seed + j: spread prompts so none repeat.
-                    seed=None if sampling.seed is None else sampling.seed + i * n,
+                    seed=None if sampling.seed is None else request_seed(sampling.seed, i),
                 )
             )
         inputs = [TokensPrompt(prompt_token_ids=np.asarray(p, dtype=np.int64).tolist()) for p in prompts]
@@ -186,6 +185,16 @@ class VllmEngine:
 
 
 # ---------------------------------------------------------------------- helpers
+
+
+def request_seed(batch_seed: int, prompt_index: int) -> int:
+    """The vLLM seed of a batch's ``prompt_index``-th request; vLLM seeds its sample j with
+    this + j. Batch seeds are consecutive (``protocol.batch_seed``), so ``batch_seed + i * n``
+    gave batch k+1's samples almost all of batch k's seeds, shifted by one sample: the same
+    random draws again, on other prompts. A hash of (batch seed, prompt) spreads the requests
+    over 2**63 seeds instead, reproducibly, leaving room for the + j."""
+    state = np.random.SeedSequence([batch_seed & (2**64 - 1), prompt_index]).generate_state(1, np.uint64)
+    return int(state[0] >> 1)
 
 
 def _sample(c) -> Sample:
