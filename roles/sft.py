@@ -79,7 +79,10 @@ def _train(model_dir, tokenizer, rows: Sequence[Row], out_dir, evaluate, cfg: SF
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
     rng = np.random.default_rng(cfg.seed)
     chosen = [rows[i] for i in rng.choice(len(rows), n_chosen, replace=False)]
-    ids, _, labels = _pad_rows(chosen, int(tokenizer.pad_token_id))
+    # Padding trails each row under label -100 (and no attention reaches it): any id will do,
+    # so a tokenizer without a pad token (GPT-2's, Llama's) pads with its EOS, or 0.
+    pad = next((t for t in (tokenizer.pad_token_id, tokenizer.eos_token_id) if t is not None), 0)
+    ids, _, labels = _pad_rows(chosen, int(pad))
 
     acc_before = evaluate(model) if evaluate is not None else None
     model.train()

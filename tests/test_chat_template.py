@@ -260,6 +260,25 @@ def test_generic_sft_puts_loss_on_targets_and_calls_evaluate(tmp_path, tok):
         sft_train(base, tok, rows, tmp_path / "x", None, SFTConfig(steps=1, fraction=0.1))
 
 
+def test_sft_pads_with_eos_when_the_tokenizer_has_no_pad_token(tmp_path, tok):
+    """GPT-2's and Llama's tokenizers name no pad token: int(None) stopped SFT at its start."""
+    import copy
+
+    from roles.sft import SFTConfig, sft_train
+    from roles.tasks.tiny_llama import build_tiny_llama_for_tokenizer
+
+    no_pad = copy.deepcopy(tok)
+    no_pad.pad_token = None
+    assert no_pad.pad_token_id is None and no_pad.eos_token_id is not None
+    rows = [
+        (np.array([5, 6, 7], np.int32), np.array([8, 2], np.int32)),
+        (np.array([5], np.int32), np.array([2], np.int32)),
+    ]
+    base = build_tiny_llama_for_tokenizer(tmp_path / "base", tok, seed=0, **TINY_SIZE)
+    report = sft_train(base, no_pad, rows, tmp_path / "sft", None, SFTConfig(fraction=1.0, steps=2, batch=2))
+    assert report["pairs"] == 2 and np.isfinite(report["final_loss"])
+
+
 def test_prepare_end_to_end_and_reuse(tmp_path):
     """A cut-down prepare (the real one is calibrated offline): files, folders, report, reuse."""
     from examples.gsm8k.prepare import PrepareConfig, heldout_accuracy, prepare
