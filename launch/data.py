@@ -29,6 +29,10 @@ class PreparedData:
     eval_split: int = 0  # the task's eval examples (eval_files, eval_fraction), used or not
     # Unusable rows a file-backed task skipped, per field: {"task.train_files[0]": {reason: n}}.
     skipped: dict[str, dict[str, int]] = field(default_factory=dict)
+    # task.chat_template is on but the tokenizer has none, so prompts go as plain text: right
+    # for a base model, and with an instruct model's folder missing its template, a mistake
+    # that nothing else would show.
+    untemplated: bool = False
 
     def describe(self, task_name: str) -> str:
         s = self.stats
@@ -45,6 +49,8 @@ class PreparedData:
                 f"{s['prompts_too_long']} train, {s['eval_prompts_too_long']} eval prompts"
             )
         text += f"; longest prompt {s['longest_prompt']} tokens"
+        if self.untemplated:
+            text += "; prompts as plain text (the tokenizer at model.path has no chat template)"
         # Rows left out of the data must be seen where the counts are: a column of nulls, or
         # answers without '#### N', otherwise shrink the data set without a word.
         skipped = {f: reasons for f, reasons in self.skipped.items() if reasons}
@@ -217,4 +223,13 @@ def prepare_data(cfg: RoleMap, tokenizer=None) -> PreparedData:
     except ValueError as e:
         raise ConfigError(f"task: with prompts of up to {stats['longest_prompt']} tokens, {e}") from None
     skipped = dict(getattr(task, "skipped", None) or {})  # FileTask's; a user task may have none
-    return PreparedData(train.ids, evals.ids, stats, tokenizer_class, eval_split=len(eval_examples), skipped=skipped)
+    untemplated = bool(cfg.task.chat_template) and not getattr(tokenizer, "chat_template", None)
+    return PreparedData(
+        train.ids,
+        evals.ids,
+        stats,
+        tokenizer_class,
+        eval_split=len(eval_examples),
+        skipped=skipped,
+        untemplated=untemplated,
+    )

@@ -18,7 +18,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, BatchEncoding
 
 from examples.gsm8k import problems
-from roles.tasks.base import Example, TaskConfig
+from roles.tasks.base import Example, TaskConfig, TaskDataError
 from roles.tasks.prompts import encode_prompts, prompt_text
 from roles.tasks.tiny_bpe import CHAT_TEMPLATE, IM_END, IM_START, PAD, save_bpe_chat_tokenizer
 
@@ -93,6 +93,28 @@ def test_chat_message_prompt_keeps_its_own_turns(tok):
     got = encode_prompts(tok, [ex], TaskConfig(system_prompt="ignored"), None).ids[2].tolist()
     assert got == template_ids(tok, [dict(m) for m in messages])
     assert tok.decode(got).count(f"{IM_START}system") == 1
+
+
+def test_a_template_that_refuses_the_messages_names_the_example_and_the_system_prompt(tok):
+    """Gemma's template raises on a system message: the message named neither the example, nor
+    the template, nor the task.system_prompt that added it."""
+    import copy
+
+    strict = copy.deepcopy(tok)
+    strict.chat_template = (
+        "{% for m in messages %}{% if m['role'] == 'system' %}"
+        "{{ raise_exception('System role not supported') }}{% endif %}"
+        "{{ m['content'] }}\n{% endfor %}"
+    )
+    ex = Example(5, "What is 2 + 2?", "4")
+    assert encode_prompts(strict, [ex], TaskConfig(), None).ids[5].size  # no system message: fine
+    with pytest.raises(TaskDataError) as e:
+        encode_prompts(strict, [ex], TaskConfig(system_prompt="Be brief."), None)
+    assert str(e.value) == (
+        "task: the chat template of the tokenizer at model.path refused example 5's messages (roles: system, user): "
+        "TemplateError: System role not supported "
+        "(task.system_prompt added the system message: this template may take none)"
+    )
 
 
 def test_raw_text_without_the_template(tok):

@@ -218,6 +218,18 @@ def test_data_is_prepared_with_counts(bpe_config, gsm8k_files):
     assert text.startswith("<|im_start|>user\nAnn has 0 pens") and text.endswith("<|im_start|>assistant\n")
 
 
+def test_the_data_line_says_when_prompts_go_as_plain_text_for_want_of_a_template(bpe_config, base_config):
+    with_template = prepare_data(parse(bpe_config))
+    assert not with_template.untemplated and "plain text" not in with_template.describe("arith")
+    plain = prepare_data(parse(base_config))  # the arith demo's character tokenizer has no template
+    assert plain.untemplated
+    assert plain.describe("arith").endswith(
+        "; prompts as plain text (the tokenizer at model.path has no chat template)"
+    )
+    chosen = prepare_data(parse(base_config, task={"name": "arith", "chat_template": False}))
+    assert not chosen.untemplated  # asked for: nothing to say
+
+
 def test_the_data_line_says_when_the_eval_split_goes_unused(bpe_config, gsm8k_files):
     train, test = map(str, gsm8k_files)
     task = {"name": "gsm8k", "train_files": [train], "eval_files": [test]}

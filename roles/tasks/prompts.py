@@ -44,7 +44,20 @@ def messages_of(example: Example, config: TaskConfig) -> list[dict[str, str]]:
 def prompt_text(tokenizer, example: Example, config: TaskConfig) -> str:
     """The exact text the model is prompted with (the chat template applied, or plain)."""
     if uses_chat_template(tokenizer, config):
-        return tokenizer.apply_chat_template(messages_of(example, config), tokenize=False, add_generation_prompt=True)
+        messages = messages_of(example, config)
+        try:
+            return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        except Exception as e:  # noqa: BLE001 - a template raises what its author wrote: name the example
+            roles = ", ".join(str(m.get("role")) for m in messages)
+            hint = (
+                " (task.system_prompt added the system message: this template may take none)"
+                if config.system_prompt is not None and "system" not in _roles_of(example)
+                else ""
+            )
+            raise TaskDataError(
+                f"task: the chat template of the tokenizer at model.path refused example {example.id}'s "
+                f"messages (roles: {roles}): {type(e).__name__}: {e}{hint}"
+            ) from None
     if not isinstance(example.prompt, str):
         why = (
             "task.chat_template is false"
@@ -55,6 +68,10 @@ def prompt_text(tokenizer, example: Example, config: TaskConfig) -> str:
     if config.system_prompt is not None:
         return f"{config.system_prompt}\n\n{example.prompt}"
     return example.prompt
+
+
+def _roles_of(example: Example) -> set:
+    return {"user"} if isinstance(example.prompt, str) else {m.get("role") for m in example.prompt}
 
 
 def encode_prompts(
