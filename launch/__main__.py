@@ -6,6 +6,12 @@ from launch import fast_exit
 
 fast_exit.install()  # first, so that it runs after every other atexit handler
 
+# Next, before the seconds of MPI_Init, imports and preflight: a SIGTERM (a Slurm preemption)
+# then is kept and ends the job resumable (75), instead of killing the rank (143).
+from runtime.preemption import PREEMPTION  # noqa: E402
+
+PREEMPTION.install()
+
 # Before MPI starts (Open MPI reads its settings at MPI_Init). Across nodes, a rank whose TCP
 # peer died aborts at once ("Socket closed", MPI_ERRORS_ARE_FATAL), and its abort reached
 # mpirun before the dead rank's own node reported the death: the job's last words named the

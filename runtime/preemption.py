@@ -5,12 +5,18 @@ and what ``mpirun`` forwards to its ranks) and SIGINT (Ctrl-C) only set a flag h
 else is safe inside a signal handler. The actor loop sees the flag and calls
 ``Actor.on_preempt()`` once; what a safe point is belongs to the program (mpirl's: the end of
 the step in progress, then a checkpoint). A second signal means "now": the job is aborted.
+
+The handlers are installed first thing in a rank (``launch/__main__.py``), before MPI starts
+and the imports and the preflight take their seconds: a signal then, as a Slurm preemption
+early in a job's life sends, is kept for the actor loop and ends the job resumable, not with
+the default action's death (exit 143, which a requeue on 75 does not requeue).
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
@@ -29,9 +35,9 @@ class Preemption:
     def _on_signal(self, signum, frame) -> None:
         if self.requested:  # the second one: abort at once, as an unhandled failure would
             os.write(2, f"[mpirl] second signal {signal.Signals(signum).name}: aborting the job\n".encode())
-            from mpi4py import MPI
-
-            MPI.COMM_WORLD.Abort(128 + signum)
+            mpi = sys.modules.get("mpi4py.MPI")  # not imported yet, or not started: no job to abort
+            if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+                mpi.COMM_WORLD.Abort(128 + signum)
             os._exit(128 + signum)
         self.requested, self.signum = True, signum
         os.write(2, f"[mpirl] {signal.Signals(signum).name}: stopping after the step in progress\n".encode())
