@@ -244,15 +244,27 @@ def finalize(root: str | Path, steps_done: int, keep_last: int) -> Path:
     (partial / COMPLETE).write_text(f"{steps_done}\n")
     _fsync_dir(partial)
     if final.exists():  # a checkpoint of the same step from an earlier attempt
-        shutil.rmtree(final)
+        _remove(final)
     os.rename(partial, final)
     tmp = root / f".{LATEST}.tmp"
     tmp.write_text(final.name + "\n")
     os.replace(tmp, root / LATEST)
     _fsync_dir(root)
     for old in complete_checkpoints(root)[:-keep_last]:
-        shutil.rmtree(old, ignore_errors=True)
+        _remove(old)
     return final
+
+
+def _remove(path: Path) -> None:
+    """Remove a complete checkpoint: renamed out of sight first (atomic), then deleted. A crash
+    in the middle of ``rmtree`` would otherwise leave a folder whose COMPLETE is still there
+    while its shards are gone: one resume would pick and fail to load."""
+    doomed = path.with_name(f".{path.name}{REMOVING}")
+    os.rename(path, doomed)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+REMOVING = ".removing"  # the suffix of a checkpoint being removed (remove_partials finishes it)
 
 
 @dataclass(frozen=True)
@@ -279,10 +291,11 @@ class CheckpointPlan:
 
 
 def remove_partials(root: str | Path) -> None:
-    """Remove the partial checkpoints a stopped run left behind (never a complete one)."""
+    """Remove the partial checkpoints a stopped run left behind, and the ones it was removing
+    (never a complete one)."""
     root = Path(root)
     if root.is_dir():
-        for p in root.glob(".step-*.partial"):
+        for p in [*root.glob(".step-*.partial"), *root.glob(f".step-*{REMOVING}")]:
             shutil.rmtree(p, ignore_errors=True)
 
 
@@ -388,7 +401,10 @@ def resolve(path: str | Path) -> Path:
     if path.is_dir() and not (path / LATEST).is_file() and (path / RUN_CHECKPOINTS / LATEST).is_file():
         path = path / RUN_CHECKPOINTS
     if path.is_dir() and (path / LATEST).is_file():
-        return path / (path / LATEST).read_text().strip()
+        named = path / (path / LATEST).read_text().strip()
+        # A crash between removing a checkpoint and replacing ``latest`` leaves it naming one
+        # that is gone: the newest complete one is what it would have named.
+        return named if is_complete(named) else (newest(path) or named)
     return path
 
 

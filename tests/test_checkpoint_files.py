@@ -6,8 +6,10 @@ from __future__ import annotations
 import copy
 import json
 import random
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -103,6 +105,32 @@ def test_old_checkpoints_go_only_after_a_newer_is_complete(tmp_path):
         _write(plan, s)
     assert [p.name for p in checkpoint.complete_checkpoints(plan.root)] == ["step-00000004", "step-00000006"]
     assert checkpoint.steps_done(checkpoint.newest(plan.root)) == 6
+
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["pruned", "same-step-rewritten"])
+def test_a_crash_while_removing_a_checkpoint_leaves_no_complete_but_gutted_one(tmp_path, monkeypatch, overwrite):
+    """kill -9 in the middle of deleting a checkpoint (keep_last's pruning, or the one of the same
+    step a run resumed from an older checkpoint writes again): COMPLETE may outlive the shards
+    in a plain rmtree. Removed by rename first, the folder is never a candidate for resume."""
+    plan = _plan(tmp_path, keep=2)
+    _write(plan, 2)
+    _write(plan, 4)
+
+    rmtree = shutil.rmtree
+
+    def crash_midway(path, ignore_errors=False):  # the shards go, COMPLETE stays, then the kill
+        rmtree(Path(path) / "trainer")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint.shutil, "rmtree", crash_midway)
+    with pytest.raises(KeyboardInterrupt):
+        _write(plan, 4 if overwrite else 6)
+    monkeypatch.undo()
+    for done in checkpoint.complete_checkpoints(plan.root):
+        assert (done / "trainer" / ".metadata").is_file(), f"{done.name} is complete but has no shards"
+    assert checkpoint.is_complete(checkpoint.resolve(plan.root))  # what export and run.resume: DIR take
+    checkpoint.remove_partials(plan.root)  # the next start clears what the crash left
+    assert not [p.name for p in (tmp_path / "ckpt").iterdir() if p.name.startswith(".step-")]
 
 
 def test_logs_keep_each_step_once(tmp_path):
