@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -192,6 +193,15 @@ def test_a_dashboard_that_fails_is_dropped_and_the_files_keep_every_step(tmp_pat
     assert [json.loads(x)["step"] for x in (tmp_path / "samples.jsonl").read_text().splitlines()] == [1]
     assert [c[0] for c in good.calls] == ["log_step", "log_step", "log_samples", "log_step", "log_eval", "close"]
     assert bad not in log.backends and "Recorder failed (OSError: disk full)" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="Linux: /dev/full")
+def test_a_full_disk_names_the_log_file_it_could_not_write(tmp_path):
+    log = RunLog(tmp_path, evaluation=False)
+    log._metrics.close()
+    log._metrics = open("/dev/full", "w")  # every write: ENOSPC, as on a full disk
+    with pytest.raises(OSError, match="No space left on device: writing /dev/full"):
+        log.step(step_record(0))
 
 
 def test_a_resumed_run_log_drops_the_lines_past_its_checkpoint(tmp_path):

@@ -92,5 +92,8 @@ class RunLog:
 
 
 def _append(f, record: dict) -> None:
-    f.write(json.dumps(record) + "\n")
-    f.flush()
+    try:
+        f.write(json.dumps(record) + "\n")
+        f.flush()
+    except OSError as e:  # a full or lost disk: the one-line failure names the file, not just ENOSPC
+        raise OSError(e.errno, f"{e.strerror}: writing {f.name}") from e
