@@ -4,7 +4,8 @@ SIGTERM and SIGUSR1 (what Slurm sends with ``--signal``, on ``scancel`` and at t
 and what ``mpirun`` forwards to its ranks) and SIGINT (Ctrl-C) only set a flag here: nothing
 else is safe inside a signal handler. The actor loop sees the flag and calls
 ``Actor.on_preempt()`` once; what a safe point is belongs to the program (mpirl's: the end of
-the step in progress, then a checkpoint). A second signal means "now": the job is aborted.
+the step in progress, then a checkpoint). A second signal means "now": the job is aborted
+(one within ``SAME_SIGNAL_S`` of the first is the first, delivered again by another path).
 
 The handlers are installed first thing in a rank (``launch/__main__.py``), before MPI starts
 and the imports and the preflight take their seconds: a signal then, as a Slurm preemption
@@ -17,6 +18,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
 SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)
 
@@ -27,23 +29,35 @@ class Preemption:
     def __init__(self):
         self.requested = False
         self.signum: int | None = None
+        self.first_at: float | None = None  # time.monotonic() of the first signal
 
     def install(self) -> None:
         for s in SIGNALS:
             signal.signal(s, self._on_signal)
 
     def _on_signal(self, signum, frame) -> None:
+        now = time.monotonic()
+        if self.requested and now - self.first_at < SAME_SIGNAL_S:
+            return  # the first one again, by another path (see SAME_SIGNAL_S): not "now"
         if self.requested:  # the second one: abort at once, as an unhandled failure would
             os.write(2, f"[mpirl] second signal {signal.Signals(signum).name}: aborting the job\n".encode())
             mpi = sys.modules.get("mpi4py.MPI")  # not imported yet, or not started: no job to abort
             if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
                 mpi.COMM_WORLD.Abort(128 + signum)
             os._exit(128 + signum)
-        self.requested, self.signum = True, signum
+        self.requested, self.signum, self.first_at = True, signum, now
         os.write(2, f"[mpirl] {signal.Signals(signum).name}: stopping after the step in progress\n".encode())
 
     def clear(self) -> None:
-        self.requested, self.signum = False, None
+        self.requested, self.signum, self.first_at = False, None, None
+
+
+# A preemption often reaches a rank twice within milliseconds: Slurm's scancel signals every
+# process of the step, the ranks and the mpirun (or ``mpirl run``) among them, and the launcher
+# forwards what it got; a ``kill`` of a process group does the same. Counted as two, that would
+# abort the job instead of checkpointing it. A repeat this soon is the same signal; a person's
+# "now" (a second Ctrl-C, a second scancel) comes later.
+SAME_SIGNAL_S = 1.0
 
 
 PREEMPTION = Preemption()
