@@ -34,7 +34,7 @@ from launch.config import RoleMap
 from runtime import PREEMPTION, Mailbox, RoleTable, abort_on_error
 from runtime.backoff import wait_for_all
 from runtime.failure import report_and_abort
-from runtime.liveness import Heartbeat, LivenessMonitor, SelfWatch, beat_interval
+from runtime.liveness import ControllerBeat, Heartbeat, LivenessMonitor, SelfWatch, beat_interval
 
 
 @dataclass
@@ -116,18 +116,34 @@ def run_rank(
         wait_for_all(world)  # asleep while the slower ranks finish importing (runtime/backoff.py)
         dist = setup_distributed(world, roles, cfg.routes().train_role)
         phases.append(("start.distributed", t, t := time.time()))
-        heartbeat = None
+        interval = beat_interval(cfg.run.liveness_timeout_s)
+        built = []  # the actor, once built
         if role != "controller":  # from now on, while it loads its model too
+
+            def on_silent_controller(error: TimeoutError) -> None:
+                # Told to stop, a rank needs the controller no more (a trainer may still be
+                # writing the final policy when the controller has left its loop).
+                if not (built and not built[0].running):
+                    report_and_abort(role, error)
+
             heartbeat = Heartbeat(
-                dist.liveness_comm, _controller_rank(roles), beat_interval(cfg.run.liveness_timeout_s)
+                dist.liveness_comm,
+                _controller_rank(roles),
+                interval,
+                controller_timeout_s=cfg.run.liveness_timeout_s,  # a stopped controller, named
+                on_silent=on_silent_controller,
             )
-            heartbeat.start()
+        else:  # what the others' heartbeat threads watch
+            others = [r for r in range(world.Get_size()) if r != world.Get_rank()]
+            heartbeat = ControllerBeat(dist.liveness_comm, others, interval)
+        heartbeat.start()
         seed_everything(cfg.run.seed + 1000 * dist.role_table.rank)
         if resume is not None:
             from roles.checkpoint import load_rng
 
             load_rng(resume.path, dist.role_table.rank)  # a rank the checkpoint did not have keeps its seed
         actor = build_actor(cfg, dist, preflight, resume)  # the model, the weight transport, the engine
+        built.append(actor)
         phases.append(("start.build", t, time.time()))
         for phase in phases:
             actor.spans.add(*phase)
@@ -141,8 +157,7 @@ def run_rank(
         if self_watch is not None:
             self_watch.stop()
         actor.spans.write(cfg.run.out)
-        if heartbeat is not None:
-            heartbeat.stop()
+        heartbeat.stop()
         if dist.role_table.rank == 0:
             print(f"mpirl: {role} finished ({actor.stop_reason}) in {time.perf_counter() - t0:.1f} s", flush=True)
     # Every rank returns here; MPI is finalized at exit (launch/fast_exit.py).

@@ -5,7 +5,10 @@ say a process stopped with SIGSTOP, a node that froze, a machine cut off, leaves
 waiting: only ``run.timeout_s`` (an hour by default) would end it. So every rank but the
 controller sends a heartbeat every few seconds, and the controller, the one rank that hears
 from all, aborts the job naming the rank and role that has been silent for
-``run.liveness_timeout_s`` (60 s by default).
+``run.liveness_timeout_s`` (60 s by default). The controller beats back (``ControllerBeat``):
+stopped or frozen itself, it could name no one, and every other rank would wait on it for
+ever. Each rank's heartbeat thread hears those beats and aborts the job, naming the
+controller, when none came for the same bound.
 
 Heartbeats come from a thread of their own, on a communicator of their own: the actor's
 loop may legitimately be busy for minutes (a long generation, a checkpoint), and the thread
@@ -36,6 +39,7 @@ from mpi4py import MPI
 from runtime.loop_clock import LOOP, LoopClock
 
 HEARTBEAT_TAG = 7
+CONTROLLER_BEAT_TAG = 8  # the controller's beats to the others (ControllerBeat)
 # A beat: [wall time, seconds since the loop's last tick, CPU seconds used since] (doubles).
 BEAT_FIELDS = 3
 # A loop that has not moved while its process used less than this share of one core sleeps.
@@ -48,12 +52,26 @@ def beat_interval(timeout_s: float) -> float:
 
 
 class Heartbeat:
-    """Sends this rank's heartbeat to ``controller`` on ``comm`` every ``interval_s``, from a thread."""
+    """Sends this rank's heartbeat to ``controller`` on ``comm`` every ``interval_s``, from a thread.
 
-    def __init__(self, comm: MPI.Comm, controller: int, interval_s: float, clock: LoopClock = LOOP):
+    With ``controller_timeout_s`` the same thread watches the controller's beats
+    (``ControllerBeat``) and calls ``on_silent(TimeoutError)`` once none came for that long."""
+
+    def __init__(
+        self,
+        comm: MPI.Comm,
+        controller: int,
+        interval_s: float,
+        clock: LoopClock = LOOP,
+        controller_timeout_s: float = 0.0,
+        on_silent=None,
+    ):
         self.comm, self.controller, self.interval_s, self.clock = comm, controller, interval_s, clock
+        self.controller_timeout_s, self.on_silent = controller_timeout_s, on_silent
         self._stop = threading.Event()
         self._buf = np.zeros(BEAT_FIELDS, dtype=np.float64)
+        self._heard_buf = np.zeros(1, dtype=np.float64)
+        self._heard_at = time.monotonic()  # the start counts as a beat
         self._requests: list[MPI.Request] = []
         self._thread = threading.Thread(target=self._run, name="mpirl-heartbeat", daemon=True)
 
@@ -73,6 +91,54 @@ class Heartbeat:
                 self._buf[1:] = self.clock.stuck()
             if len(self._requests) < 64:  # a controller that stopped listening costs nothing more
                 self._requests.append(self.comm.Isend([self._buf, MPI.DOUBLE], dest=self.controller, tag=HEARTBEAT_TAG))
+            if self.controller_timeout_s and self._controller_is_silent():
+                return
+            self._stop.wait(self.interval_s)
+
+    def _controller_is_silent(self) -> bool:
+        """Take in the controller's beats; past the bound without one, report it (once)."""
+        comm = self.comm
+        while comm.Iprobe(source=self.controller, tag=CONTROLLER_BEAT_TAG):
+            comm.Recv([self._heard_buf, MPI.DOUBLE], source=self.controller, tag=CONTROLLER_BEAT_TAG)
+            self._heard_at = time.monotonic()
+        silent = time.monotonic() - self._heard_at
+        if silent <= self.controller_timeout_s or self._stop.is_set():
+            return False
+        self.on_silent(
+            TimeoutError(
+                f"rank {self.controller} (controller) has sent no heartbeat for {silent:.0f} s: it is "
+                f"stopped, frozen or cut off (run.liveness_timeout_s is {self.controller_timeout_s:g} s)"
+            )
+        )
+        return True
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+class ControllerBeat:
+    """The controller's beats to every other rank, every ``interval_s``, from a thread: what
+    their ``Heartbeat`` watches (a stopped controller names no one itself)."""
+
+    def __init__(self, comm: MPI.Comm, ranks: list[int], interval_s: float):
+        self.comm, self.ranks, self.interval_s = comm, list(ranks), interval_s
+        self._stop = threading.Event()
+        self._buf = np.zeros(1, dtype=np.float64)  # no content: its arrival is the beat
+        self._requests: dict[int, list[MPI.Request]] = {rank: [] for rank in self.ranks}
+        self._thread = threading.Thread(target=self._run, name="mpirl-controller-beat", daemon=True)
+
+    def start(self) -> ControllerBeat:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for requests in self._requests.values():
+                requests[:] = [r for r in requests if not r.Test()]
+            for rank, requests in self._requests.items():
+                if len(requests) < 64:  # a rank that stopped listening costs nothing more
+                    requests.append(self.comm.Isend([self._buf, MPI.DOUBLE], dest=rank, tag=CONTROLLER_BEAT_TAG))
             self._stop.wait(self.interval_s)
 
     def stop(self) -> None:
@@ -90,6 +156,7 @@ class LivenessMonitor:
         self.stall_timeout_s = stall_timeout_s
         now = time.monotonic()
         self.last_heard = {rank: now for rank in watched}  # the start counts as a beat
+        self.checked_at: float | None = None  # the last check (the controller checks twice a second)
         self.loop_state = {rank: (0.0, 0.0) for rank in watched}  # (stuck s, CPU s since), last beat
         self._buf = np.zeros(BEAT_FIELDS, dtype=np.float64)
         self._status = MPI.Status()
@@ -107,6 +174,11 @@ class LivenessMonitor:
         """Raise ``TimeoutError`` naming the rank silent the longest, if past the bound."""
         self.receive()
         now = time.monotonic()
+        if self.checked_at is not None and now - self.checked_at > self.timeout_s / 2:
+            # This rank itself did not run meanwhile (stopped, frozen, its node suspended): the
+            # silence it sees is its own. Counted from now; its peers name it if it was stopped.
+            self.last_heard = {rank: max(heard, now - self.timeout_s / 2) for rank, heard in self.last_heard.items()}
+        self.checked_at = now
         rank, heard = min(self.last_heard.items(), key=lambda kv: kv[1])
         silent = now - heard
         if silent > self.timeout_s:

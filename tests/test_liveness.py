@@ -111,3 +111,34 @@ def test_a_long_call_that_cannot_tick_itself_counts_as_progress_while_it_runs():
         assert clock.stuck()[0] < 0.3
     time.sleep(0.3)
     assert clock.stuck()[0] >= 0.25  # after the call, stillness counts again
+
+
+def test_a_rank_hears_whether_its_controller_beats():
+    """A stopped controller names no one: the other ranks' heartbeat threads watch its beats."""
+    from runtime.liveness import ControllerBeat
+
+    comm = MPI.COMM_SELF.Dup()  # rank 0 plays both sides
+    silent = []
+    beat = Heartbeat(comm, 0, interval_s=0.02, controller_timeout_s=0.3, on_silent=silent.append).start()
+    controller = ControllerBeat(comm, [0], interval_s=0.02).start()
+    time.sleep(0.6)
+    assert not silent  # beating: nothing to report
+    controller.stop()  # as SIGSTOP would
+    time.sleep(0.6)
+    beat.stop()
+    assert len(silent) == 1
+    assert "rank 0 (controller) has sent no heartbeat" in str(silent[0])
+
+
+def test_a_monitor_that_was_stopped_itself_does_not_blame_the_others():
+    """SIGSTOP of the controller, then SIGCONT (Open MPI's abort sends it): the silence was its own."""
+    comm = MPI.COMM_SELF.Dup()
+    monitor = LivenessMonitor(comm, {0: "generator"}, timeout_s=0.4)
+    monitor.check()
+    time.sleep(0.6)  # not checking: this rank did not run
+    monitor.check()  # no TimeoutError naming the generator
+    time.sleep(0.5)
+    with pytest.raises(TimeoutError, match=r"rank 0 \(generator\) has sent no heartbeat"):
+        for _ in range(10):  # checking on time again, a rank that stays silent is named
+            monitor.check()
+            time.sleep(0.1)
