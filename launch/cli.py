@@ -123,7 +123,7 @@ def cmd_run(args) -> int:
         print("mpirl: warning: run.resume is never, so each restart starts the run afresh", file=sys.stderr)
     attempt = 0
     while True:
-        code, tail, signalled = run_forwarding_signals(cmd, env)
+        code, tail, signalled = run_forwarding_signals(cmd, env, ranks=cfg.world.size)
         if code in (0, config.EXIT_CONFIG, EXIT_RESUMABLE) or signalled or attempt >= args.restarts:
             return code
         attempt += 1
@@ -136,7 +136,7 @@ def cmd_run(args) -> int:
         )
 
 
-def run_forwarding_signals(cmd: list[str], env: dict) -> tuple[int, str, bool]:
+def run_forwarding_signals(cmd: list[str], env: dict, ranks: int = 0) -> tuple[int, str, bool]:
     """Run ``mpiexec`` and turn a stop signal into one every rank can act on.
 
     Open MPI's ``mpirun`` (PRRTE) forwards SIGTERM and SIGINT to the ranks but kills them a
@@ -145,15 +145,18 @@ def run_forwarding_signals(cmd: list[str], env: dict) -> tuple[int, str, bool]:
     So the first SIGTERM, SIGINT or SIGUSR1 here becomes a SIGUSR1 to ``mpiexec``; a second one
     a SIGTERM, which ends the job at once. ``mpiexec`` runs in its own session, so Ctrl-C at the
     terminal reaches only this process. Returns the exit code, the end of the job's error output
-    (passed through as it comes) and whether a signal stopped it.
+    (passed through as it comes) and whether a signal stopped it. With ``ranks``, a first signal
+    that comes while the job is starting waits until its ranks can take it (launch/signal_ready.py).
     """
     import signal
     import threading
+    import time
 
     from runtime.lifeline import end_with_parent
 
     # Its own session, so a Ctrl-C reaches only us; and tied to us, so it ends if we are killed.
     proc = subprocess.Popen(cmd, env=env, start_new_session=True, stderr=subprocess.PIPE, preexec_fn=end_with_parent)
+    started_at = time.monotonic()
     tail = bytearray()
 
     def pump():  # the job's stderr goes on to ours as it comes; its end is kept for the log
@@ -170,7 +173,19 @@ def run_forwarding_signals(cmd: list[str], env: dict) -> tuple[int, str, bool]:
     def forward(signum, frame):
         nonlocal signals_seen
         signals_seen += 1
-        proc.send_signal(signal.SIGUSR1 if signals_seen == 1 else signal.SIGTERM)
+        if signals_seen > 1:
+            proc.send_signal(signal.SIGTERM)
+        elif ranks:  # from a thread: a handler must not wait
+            threading.Thread(target=stop_when_ready, daemon=True).start()
+        else:
+            proc.send_signal(signal.SIGUSR1)
+
+    def stop_when_ready():
+        from launch.signal_ready import wait_until_ready
+
+        wait_until_ready(proc.pid, ranks, started_at)
+        if proc.poll() is None and signals_seen == 1:  # a second signal has sent SIGTERM already
+            proc.send_signal(signal.SIGUSR1)
 
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(s, forward)
