@@ -103,6 +103,13 @@ def cmd_check(args) -> int:
 
 
 def cmd_run(args) -> int:
+    import signal
+
+    # Until mpiexec runs (reading the role map takes a second): a stop signal is kept, not
+    # fatal, and the job is then not started: "resumable", as one stopped later would be.
+    early: list[int] = []
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(s, lambda signum, frame: early.append(signum))
     cfg = _load_or_exit(args.config)
     cmd, env = mpiexec_command(cfg.world.size, [sys.executable, "-m", "launch", args.config])
     if args.dry_run:
@@ -123,6 +130,10 @@ def cmd_run(args) -> int:
         print("mpirl: warning: run.resume is never, so each restart starts the run afresh", file=sys.stderr)
     attempt = 0
     while True:
+        if early:
+            name = signal.Signals(early[0]).name
+            print(f"mpirl: {name} before the job started: not started; run the same command again", file=sys.stderr)
+            return EXIT_RESUMABLE
         code, tail, signalled = run_forwarding_signals(cmd, env, ranks=cfg.world.size)
         if code in (0, config.EXIT_CONFIG, EXIT_RESUMABLE) or signalled or attempt >= args.restarts:
             return code

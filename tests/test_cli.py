@@ -402,3 +402,25 @@ def test_export_of_an_intact_checkpoint_writes_a_model_folder(saved_checkpoint, 
     code, _, err = run_cli(["export", str(saved_checkpoint), str(tmp_path / "out")], capsys)
     assert code == 0, err
     assert {"model.safetensors", "config.json"} <= {p.name for p in (tmp_path / "out").iterdir()}
+
+
+def test_a_stop_signal_before_mpiexec_exits_resumable_starting_nothing(base_config, write_config, capsys, monkeypatch):
+    import signal
+
+    from runtime.preemption import EXIT_RESUMABLE
+
+    load = cli._load_or_exit
+
+    def load_while_signalled(path):  # SIGTERM while the role map is read (Slurm, early)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return load(path)
+
+    monkeypatch.setattr(cli, "_load_or_exit", load_while_signalled)
+    monkeypatch.setattr(cli, "run_forwarding_signals", lambda *a, **k: pytest.fail("mpiexec was started"))
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
+    try:
+        code, _, err = run_cli(["run", str(write_config(base_config))], capsys)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    assert code == EXIT_RESUMABLE and "SIGTERM before the job started" in err
