@@ -51,7 +51,30 @@ def beat_interval(timeout_s: float) -> float:
     return min(max(timeout_s / 12, 0.2), 5.0)
 
 
-class Heartbeat:
+# Beats a peer has not taken yet: past this many, a peer that stopped listening costs no more.
+MAX_UNTAKEN_BEATS = 64
+
+
+class _BeatThread:
+    """A daemon thread running ``_run`` until :meth:`stop`: the life of both kinds of beats."""
+
+    def __init__(self, name: str):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
+class Heartbeat(_BeatThread):
     """Sends this rank's heartbeat to ``controller`` on ``comm`` every ``interval_s``, from a thread.
 
     With ``controller_timeout_s`` the same thread watches the controller's beats
@@ -68,16 +91,11 @@ class Heartbeat:
     ):
         self.comm, self.controller, self.interval_s, self.clock = comm, controller, interval_s, clock
         self.controller_timeout_s, self.on_silent = controller_timeout_s, on_silent
-        self._stop = threading.Event()
         self._buf = np.zeros(BEAT_FIELDS, dtype=np.float64)
         self._heard_buf = np.zeros(1, dtype=np.float64)
         self._heard_at = time.monotonic()  # the start counts as a beat
         self._requests: list[MPI.Request] = []
-        self._thread = threading.Thread(target=self._run, name="mpirl-heartbeat", daemon=True)
-
-    def start(self) -> Heartbeat:
-        self._thread.start()
-        return self
+        super().__init__("mpirl-heartbeat")
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -89,7 +107,7 @@ class Heartbeat:
             if not self._requests:
                 self._buf[0] = time.time()
                 self._buf[1:] = self.clock.stuck()
-            if len(self._requests) < 64:  # a controller that stopped listening costs nothing more
+            if len(self._requests) < MAX_UNTAKEN_BEATS:
                 self._requests.append(self.comm.Isend([self._buf, MPI.DOUBLE], dest=self.controller, tag=HEARTBEAT_TAG))
             if self.controller_timeout_s and self._controller_is_silent():
                 return
@@ -112,38 +130,25 @@ class Heartbeat:
         )
         return True
 
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
 
-
-class ControllerBeat:
+class ControllerBeat(_BeatThread):
     """The controller's beats to every other rank, every ``interval_s``, from a thread: what
     their ``Heartbeat`` watches (a stopped controller names no one itself)."""
 
     def __init__(self, comm: MPI.Comm, ranks: list[int], interval_s: float):
         self.comm, self.ranks, self.interval_s = comm, list(ranks), interval_s
-        self._stop = threading.Event()
         self._buf = np.zeros(1, dtype=np.float64)  # no content: its arrival is the beat
         self._requests: dict[int, list[MPI.Request]] = {rank: [] for rank in self.ranks}
-        self._thread = threading.Thread(target=self._run, name="mpirl-controller-beat", daemon=True)
-
-    def start(self) -> ControllerBeat:
-        self._thread.start()
-        return self
+        super().__init__("mpirl-controller-beat")
 
     def _run(self) -> None:
         while not self._stop.is_set():
             for requests in self._requests.values():
                 requests[:] = [r for r in requests if not r.Test()]
             for rank, requests in self._requests.items():
-                if len(requests) < 64:  # a rank that stopped listening costs nothing more
+                if len(requests) < MAX_UNTAKEN_BEATS:
                     requests.append(self.comm.Isend([self._buf, MPI.DOUBLE], dest=rank, tag=CONTROLLER_BEAT_TAG))
             self._stop.wait(self.interval_s)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
 
 
 class LivenessMonitor:
