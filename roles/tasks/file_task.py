@@ -70,20 +70,22 @@ class FileTaskConfig(TaskConfig):
                 f"eval_files and eval_fraction ({self.eval_fraction}) are two ways "
                 "to make the eval split: give one of them"
             )
+        # Each file, links resolved -> its first place in the field.
+        places: dict[str, dict[Path, int]] = {}
         for name in ("train_files", "eval_files"):
             # Listed twice (or through a link), a file's rows would be read twice: each a
             # separate example, so trained on twice as often as the others, silently.
-            seen: dict[Path, int] = {}
+            seen = places[name] = {}
             for i, p in enumerate(getattr(self, name)):
                 j = seen.setdefault(Path(p).resolve(), i)
                 if j != i:
                     raise ValueError(f"{name}[{i}] is also {name}[{j}] ({p}): its rows would be read twice")
-        train = {Path(p).resolve(): i for i, p in enumerate(self.train_files)}
-        for i, p in enumerate(self.eval_files):
-            if Path(p).resolve() in train:
+        train = places["train_files"]
+        for path, i in places["eval_files"].items():
+            if path in train:
                 raise ValueError(
-                    f"eval_files[{i}] is also train_files[{train[Path(p).resolve()]}] "
-                    f"({p}): the eval rows would be trained on"
+                    f"eval_files[{i}] is also train_files[{train[path]}] "
+                    f"({self.eval_files[i]}): the eval rows would be trained on"
                 )
         return self
 

@@ -49,9 +49,11 @@ def prompt_text(tokenizer, example: Example, config: TaskConfig) -> str:
             return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         except Exception as e:  # noqa: BLE001 - a template raises what its author wrote: name the example
             roles = ", ".join(str(m.get("role")) for m in messages)
+            # messages_of adds at most the configured system message: one more than the example's.
+            own = 1 if isinstance(example.prompt, str) else len(example.prompt)
             hint = (
                 " (task.system_prompt added the system message: this template may take none)"
-                if config.system_prompt is not None and "system" not in _roles_of(example)
+                if len(messages) > own
                 else ""
             )
             raise TaskDataError(
@@ -68,10 +70,6 @@ def prompt_text(tokenizer, example: Example, config: TaskConfig) -> str:
     if config.system_prompt is not None:
         return f"{config.system_prompt}\n\n{example.prompt}"
     return example.prompt
-
-
-def _roles_of(example: Example) -> set:
-    return {"user"} if isinstance(example.prompt, str) else {m.get("role") for m in example.prompt}
 
 
 def encode_prompts(
