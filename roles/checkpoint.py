@@ -364,15 +364,21 @@ def export_hf(path: str | Path, out: str | Path) -> Path:
     return Path(out)
 
 
+def _shard_index(shards: Path) -> Path:
+    """The trainers' ``.metadata`` in ``shards``, or a CheckpointIOError if it is missing."""
+    f = shards / ".metadata"
+    if not f.is_file():
+        raise CheckpointIOError(f"{f}: missing (the trainers' shards are not all there)")
+    return f
+
+
 def _read_shard_index(shards: Path) -> None:
     """The trainers' ``.metadata`` (where every tensor lies in the shard files) read, or a
     CheckpointIOError naming it: DCP logs a traceback for each way it tries to read a missing or
     damaged one before it raises, and raises an AssertionError that names no file."""
     from roles.raw_shards import RawShardReader
 
-    f = shards / ".metadata"
-    if not f.is_file():
-        raise CheckpointIOError(f"{f}: missing (the trainers' shards are not all there)")
+    f = _shard_index(shards)
     try:
         RawShardReader(shards).read_metadata()
     except Exception as e:  # noqa: BLE001 - a damaged pickle raises any of a dozen types
@@ -476,9 +482,7 @@ def check_readable(path: str | Path) -> None:
     read_saved_config(path)
     for f in sorted((Path(path) / "rng").glob("rank-*.pkl")):
         read_rng(f)
-    index = Path(path) / "trainer" / ".metadata"
-    if not index.is_file():
-        raise CheckpointIOError(f"{index}: missing (the trainers' shards are not all there)")
+    _shard_index(Path(path) / "trainer")
 
 
 def steps_done(path: str | Path) -> int:
