@@ -33,6 +33,7 @@ class PreparedData:
     # for a base model, and with an instruct model's folder missing its template, a mistake
     # that nothing else would show.
     untemplated: bool = False
+    eos_id: int | None = None  # the tokenizer's EOS: a response ends there too (roles/engines)
 
     def describe(self, task_name: str) -> str:
         s = self.stats
@@ -232,4 +233,5 @@ def prepare_data(cfg: RoleMap, tokenizer=None) -> PreparedData:
         eval_split=len(eval_examples),
         skipped=skipped,
         untemplated=untemplated,
+        eos_id=None if tokenizer.eos_token_id is None else int(tokenizer.eos_token_id),
     )

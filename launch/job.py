@@ -55,11 +55,14 @@ MODEL_ROLES = ("trainer", "generator", "colocated")
 @dataclass
 class Preflight:
     """What rank 0, the controller's rank, prepared before any rank did any work (launch/main.py).
-    The controller holds all of it; the other ranks are sent the tokenizer's class alone."""
+    The controller holds all of it; the other ranks are sent the tokenizer's class and EOS."""
 
     data: object = None  # launch.data.PreparedData: the prompts
     backends: list = field(default_factory=list)  # the started dashboards (roles.observe.backends)
     tokenizer_class: str | None = None  # roles.tokenizer.class_ref_of the controller's tokenizer
+    # Its EOS, where generation stops besides the model's own (the generators need not load
+    # the tokenizer again for it).
+    stop_ids: tuple[int, ...] = ()
 
 
 def setup_distributed(comm: MPI.Comm, roles_by_rank: list[str], train_role: str) -> Distributed:
@@ -256,7 +259,12 @@ def prepare_controller(cfg: RoleMap, resume=None) -> Preflight:
     data = prepare_data(cfg)
     resumed_at = resume.steps_done if resume is not None else 0
     backends = open_backends(cfg.logging, Path(cfg.run.out), cfg.model_dump(mode="json"), resumed_at)
-    return Preflight(data=data, backends=backends, tokenizer_class=data.tokenizer_class)
+    return Preflight(
+        data=data,
+        backends=backends,
+        tokenizer_class=data.tokenizer_class,
+        stop_ids=() if data.eos_id is None else (data.eos_id,),
+    )
 
 
 def _engine(cfg, dist, module=None, preflight: Preflight | None = None):
@@ -267,7 +275,7 @@ def _engine(cfg, dist, module=None, preflight: Preflight | None = None):
         cfg.model,
         seed=cfg.run.seed + dist.role_table.index,
         module=module,
-        tokenizer_class=preflight.tokenizer_class if preflight else None,
+        stop_ids=preflight.stop_ids if preflight else None,
         max_seqs=cfg.generator_batch_prompts() * cfg.rollout.samples_per_prompt,
     )
 

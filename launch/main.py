@@ -79,9 +79,9 @@ def main(argv: list[str] | None = None) -> None:
         from launch.warm import warm_imports
 
         warm_imports(role, cfg.world.generator.engine)  # while rank 0 prepares the data
-    tokenizer_class = preflight.tokenizer_class if preflight is not None else None
+    tokenizer = (preflight.tokenizer_class, preflight.stop_ids) if preflight is not None else (None, ())
     wait_for_all(world)  # asleep, not spinning, while rank 0 prepares the data and the others import
-    problem, resume, tokenizer_class = world.bcast((problem, resume, tokenizer_class), root=0)
+    problem, resume, (tokenizer_class, stop_ids) = world.bcast((problem, resume, tokenizer), root=0)
     if problem is not None:
         code, message = problem
         if code == EXIT_CONFIG:
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
     if world.Get_rank() != 0:
         from launch.job import Preflight
 
-        preflight = Preflight(tokenizer_class=tokenizer_class)
+        preflight = Preflight(tokenizer_class=tokenizer_class, stop_ids=stop_ids)
     prepared = time.time()
     from launch.job import MODEL_ROLES, run_rank
     from runtime.preemption import EXIT_RESUMABLE, exit_code_of

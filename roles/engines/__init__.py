@@ -5,22 +5,22 @@ from roles.models import torch_dtype
 
 
 def make_engine(
-    config: EngineConfig, model, *, max_seqs: int, seed: int = 0, module=None, tokenizer_class: str | None = None
+    config: EngineConfig, model, *, max_seqs: int, seed: int = 0, module=None, stop_ids: tuple[int, ...] | None = None
 ):
     """The engine ``config`` names, loaded from ``model`` (the role map's ``ModelConfig``).
 
     ``max_seqs``: sequences one generation batch decodes (prompts x samples).
     ``module``: an in-memory model the torch engine samples with directly (colocated mode).
-    ``tokenizer_class``: the class the controller loaded the tokenizer with
-    (``roles.tokenizer.class_ref_of``), so that the torch engine reads its EOS without the
-    auto classes.
+    ``stop_ids``: the tokenizer's EOS, which ends a response too (a chat template's end of
+    turn), as in vLLM; None: read from the model folder's tokenizer. A job passes the one the
+    controller's preflight found (launch/job.py), so generators do not load the tokenizer.
     """
     if config.engine == "torch":
         from roles.engines.torch_engine import TorchEngine
         from roles.tokenizer import eos_ids
 
-        # The tokenizer's EOS ends a response too (a chat template's end of turn), as in vLLM.
-        stop_ids = eos_ids(model.path, tokenizer_class)
+        if stop_ids is None:
+            stop_ids = eos_ids(model.path)
         if module is not None:
             return TorchEngine(module, stop_ids=stop_ids)  # sample with the caller's module: shared, not copied
         return TorchEngine(
