@@ -52,7 +52,8 @@ class TaskConfig(Section):
     chat_template: bool = True
     system_prompt: str | None = None  # prepended as a system message (or a line of text)
     # Prompts longer than this (in tokens, after rendering) are left out and counted at start,
-    # never truncated. None: the model's context less rollout.max_new_tokens.
+    # never truncated. None: the model's context less the longest response (rollout.max_new_tokens,
+    # or eval.max_new_tokens when that is larger: RoleMap.prompt_token_limit).
     max_prompt_tokens: int | None = Field(None, gt=0)
 
 
