@@ -257,6 +257,10 @@ def prepare_controller(cfg: RoleMap, resume=None) -> Preflight:
 
     check_run_folder(cfg)
     data = prepare_data(cfg)
+    if resume is not None:
+        from launch.resume import check_data
+
+        check_data(cfg, resume, data.train_prompts)  # files rewritten since the checkpoint: exit 2
     resumed_at = resume.steps_done if resume is not None else 0
     backends = open_backends(cfg.logging, Path(cfg.run.out), cfg.model_dump(mode="json"), resumed_at)
     return Preflight(

@@ -5,7 +5,10 @@ none; otherwise the path of one checkpoint. A checkpoint records the role map it
 with; resuming is refused where a change would make the continuation wrong — another model,
 another task or data, another seed, a colocated layout for a disaggregated one — and allowed
 where it is harmless (more or fewer steps, eval and checkpoint intervals, logging, the number
-of trainers or generators: torch.distributed.checkpoint reshards the policy). A checkpoint whose
+of trainers or generators: torch.distributed.checkpoint reshards the policy). Refused too: a
+``run.steps`` below the steps the checkpoint has done (there is no going back to fewer), and
+training prompts that are not those the checkpoint's data position indexes (``check_data``: the
+same paths, rewritten). A checkpoint whose
 controller.json, config.yaml or random-state files are damaged is refused the same way (exit
 2), naming the file and the checkpoint before it; nothing is removed.
 """
@@ -16,6 +19,7 @@ from pathlib import Path
 
 from launch.config import ConfigError, RoleMap
 from roles import checkpoint
+from roles.prompt_stream import data_changed, fingerprint
 
 # Dotted fields that must be the same as when the checkpoint was written, and why.
 MUST_MATCH = {
@@ -66,7 +70,34 @@ def find_resume(cfg: RoleMap) -> checkpoint.Resume | None:
     except checkpoint.CheckpointIOError as e:
         raise ConfigError(_damaged(path, e)) from e
     check_compatible(cfg, path)
-    return checkpoint.Resume(str(path), checkpoint.steps_done(path))
+    done = checkpoint.steps_done(path)
+    if cfg.run.steps < done:
+        # Resuming would train nothing and leave the policy of step `done`, not of run.steps,
+        # with a summary that says `done`: the request cannot be met, so it is named.
+        last = checkpoint.step_name(cfg.run.steps)
+        older = [p for p in checkpoint.complete_checkpoints(path.parent) if p.name <= last]
+        ways = [f"run.resume: {older[-1]} (an earlier checkpoint)"] if older else []
+        ways.append("run.resume: never (start afresh)")
+        raise ConfigError(
+            f"run.steps ({cfg.run.steps}) is below the {done} steps checkpoint {path} has done; "
+            f"raise run.steps to continue, or set {', or '.join(ways)}"
+        )
+    return checkpoint.Resume(str(path), done)
+
+
+def check_data(cfg: RoleMap, resume: checkpoint.Resume, train_prompts: dict) -> None:
+    """Raise ConfigError when the prepared training prompts are not those the checkpoint's data
+    position indexes: the files named in the role map were rewritten since (the role maps
+    match, which ``check_compatible`` saw). Resumed, the position would pick other examples
+    than the ones it stands for, or past the end; found here, on rank 0 before any work."""
+    position = resume.controller_state()["position"].get("stream", {})
+    why = data_changed(position, len(train_prompts), fingerprint(train_prompts))
+    if why is not None:
+        field = "task.train_files" if getattr(cfg.task, "train_files", None) else "task"
+        raise ConfigError(
+            f"{field}: the training data changed since checkpoint {resume.path} was written: {why} "
+            "(the same files, rewritten?); restore them, or set run.resume: never (start afresh)"
+        )
 
 
 def _damaged(path: Path, error: checkpoint.CheckpointIOError) -> str:

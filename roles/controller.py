@@ -30,7 +30,7 @@ from roles.checkpoint import CheckpointPlan, Resume
 from roles.config.controller import ControllerConfig
 from roles.evaluation import EvalConfig, EvalRound
 from roles.observe.run_log import RunLog
-from roles.prompt_stream import PromptStream
+from roles.prompt_stream import PromptStream, fingerprint
 from roles.protocol import (
     EVAL_GREEDY,
     EVAL_SAMPLED,
@@ -87,7 +87,7 @@ class ControllerActor(ForwardsStopSignals, Actor):
         self.routes = routes
         self.schedule = schedule
         self.prompts = prompts
-        self.stream = PromptStream(prompts, config.seed)
+        self.stream = PromptStream(prompts, config.seed, digest=fingerprint(prompts))
         self.eval_prompts = eval_prompts or {}
         self.data_stats = dict(data_stats or {})
         self.trainer_version = 0

@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from launch import config
-from launch.resume import find_resume
+from launch.resume import check_data, find_resume
 from roles import checkpoint
-from roles.prompt_stream import PromptStream
+from roles.prompt_stream import PromptStream, fingerprint
 
 
 def _plan(tmp_path, text="x: 1\n", keep=2):
@@ -144,6 +144,7 @@ def test_logs_keep_each_step_once(tmp_path):
 def _run_config(base_config, tmp_path, **changes):
     raw = copy.deepcopy(base_config)
     raw["run"]["out"] = str(tmp_path / "run")
+    raw["run"]["steps"] = 8  # beyond the checkpoints these tests write
     raw["checkpoint"] = {"every_steps": 2}
     for dotted, value in changes.items():
         *path, key = dotted.split(".")
@@ -186,6 +187,55 @@ def test_resume_refuses_a_changed_seed_or_task_and_allows_more_steps(base_config
         find_resume(_run_config(base_config, tmp_path, **{"run.seed": 5}))
     with pytest.raises(config.ConfigError, match=r"task: differs"):
         find_resume(_run_config(base_config, tmp_path, **{"task.max_operand": 7}))
+
+
+def test_resume_refuses_fewer_steps_than_the_checkpoint_has_done(base_config, tmp_path):
+    # Resumed, nothing would be trained and the policy and summary would be step 4's, not 3's.
+    plan = _run_config(base_config, tmp_path).checkpoints()
+    _write(plan, 2)
+    _write(plan, 4)
+    assert find_resume(_run_config(base_config, tmp_path, **{"run.steps": 4})).steps_done == 4  # done: fine
+    with pytest.raises(config.ConfigError, match=r"run\.steps \(3\) is below the 4 steps .*step-00000002 \(an earlier"):
+        find_resume(_run_config(base_config, tmp_path, **{"run.steps": 3}))
+    with pytest.raises(config.ConfigError, match=r"run\.steps \(1\) is below .*set run\.resume: never"):
+        find_resume(_run_config(base_config, tmp_path, **{"run.steps": 1}))
+
+
+def _prompts(n, changed=None):
+    return {i: np.array([1, 2, 100 + i if i != changed else 7], dtype=np.int32) for i in range(10, 10 + n)}
+
+
+def test_resume_refuses_training_files_rewritten_since_the_checkpoint(base_config, tmp_path):
+    # The same role map over files rewritten in place: the data position indexes other prompts
+    # (once crashed the controller after every model was loaded, or went on over other rows).
+    cfg = _run_config(base_config, tmp_path)
+    prompts = _prompts(6)
+    stream = PromptStream(prompts, seed=0, digest=fingerprint(prompts))
+    stream.take(4)
+    _write(cfg.checkpoints(), 2, {"position": {"stream": stream.position()}, "next_eval_group": 0})
+    resume = find_resume(cfg)
+    check_data(cfg, resume, _prompts(6))  # the same prompts: resumes
+    changed = r"task: the training data changed since checkpoint .*step-00000002 was written: "
+    with pytest.raises(
+        config.ConfigError, match=changed + "the checkpoint's data position covers 6 examples, the task now has 5"
+    ):
+        check_data(cfg, resume, _prompts(5))
+    with pytest.raises(config.ConfigError, match=changed + "the 6 training prompts are not the ones"):
+        check_data(cfg, resume, _prompts(6, changed=12))
+    with pytest.raises(ValueError, match="training data changed"):  # the controller's own guard
+        changed = _prompts(6, changed=12)
+        PromptStream(changed, seed=0, digest=fingerprint(changed)).restore(stream.position())
+
+
+def test_a_data_position_saved_without_a_fingerprint_is_checked_by_its_count(base_config, tmp_path):
+    cfg = _run_config(base_config, tmp_path)
+    position = PromptStream(range(10, 16), seed=0).position()  # as checkpoints before the fingerprint
+    del position["data"]
+    _write(cfg.checkpoints(), 2, {"position": {"stream": position}, "next_eval_group": 0})
+    resume = find_resume(cfg)
+    check_data(cfg, resume, _prompts(6, changed=12))
+    with pytest.raises(config.ConfigError, match="covers 6 examples, the task now has 7"):
+        check_data(cfg, resume, _prompts(7))
 
 
 def test_resume_from_a_path_that_is_no_checkpoint_is_a_config_error(base_config, tmp_path):
