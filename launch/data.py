@@ -197,7 +197,7 @@ def prepare_data(cfg: RoleMap, tokenizer=None) -> PreparedData:
         raise ConfigError(
             f"task.max_prompt_tokens: every one of the {len(train_examples)} training prompts "
             f"is longer than {limit} tokens (the longest prompt kept; raise the limit, or "
-            "lower rollout.max_new_tokens if the model's context is what limits it)"
+            f"lower {_longest_response_field(cfg)} if the model's context is what limits it)"
         )
     if cfg.eval.enabled and not evals.ids:
         why = (
@@ -235,3 +235,11 @@ def prepare_data(cfg: RoleMap, tokenizer=None) -> PreparedData:
         untemplated=untemplated,
         eos_id=None if tokenizer.eos_token_id is None else int(tokenizer.eos_token_id),
     )
+
+
+def _longest_response_field(cfg) -> str:
+    """The field that sets the longest response, which the default prompt limit leaves room
+    for: eval.max_new_tokens when it is the larger (naming rollout's would not help)."""
+    if (cfg.eval.max_new_tokens or 0) > cfg.rollout.max_new_tokens:
+        return f"eval.max_new_tokens ({cfg.eval.max_new_tokens})"
+    return f"rollout.max_new_tokens ({cfg.rollout.max_new_tokens})"

@@ -278,6 +278,17 @@ def test_data_problems_are_config_errors(bpe_config, gsm8k_files, tmp_path):
         prepare_data(parse(base_config, task={"name": "gsm8k", "train_files": [str(bad)]}))
 
 
+def test_prompts_too_long_for_an_eval_response_name_eval_max_new_tokens(bpe_config, gsm8k_files):
+    # The default limit leaves room for the longest response, here eval's: the hint once named
+    # rollout.max_new_tokens, whose lowering would change nothing.
+    train, test = map(str, gsm8k_files)
+    task = {"name": "gsm8k", "train_files": [train], "eval_files": [test]}
+    context = parse(bpe_config, task=task).model.context_length()
+    cfg = parse(bpe_config, task=task, eval={"every_steps": 1, "max_new_tokens": context - 2})
+    with pytest.raises(config.ConfigError, match=rf"or lower eval\.max_new_tokens \({context - 2}\) if the model"):
+        prepare_data(cfg)
+
+
 def test_long_prompts_are_left_out_and_counted(base_config):
     cfg = parse(base_config, task={"name": "arith", "max_prompt_tokens": 5})
     data = prepare_data(cfg)
