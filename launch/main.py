@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     hosts = world.gather(MPI.Get_processor_name(), root=0)
     if world.Get_rank() == 0:
         from launch.job import prepare_controller
-        from launch.resume import find_resume
+        from launch.resume import find_resume, fresh_start_notice
         from roles.observe.backends import BackendError
 
         try:
@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> None:
             print(f"mpirl: {preflight.data.describe(cfg.task.name)}", flush=True)
             if resume is not None:
                 print(f"mpirl: resuming from {resume.path} ({resume.steps_done} steps done)", flush=True)
+            elif notice := fresh_start_notice(cfg, resume):
+                print(f"mpirl: {notice}", file=sys.stderr, flush=True)
         except (config.ConfigError, BackendError) as e:
             problem = (EXIT_CONFIG, str(e))
         except Exception:  # noqa: BLE001 - a crash here must still release the other ranks

@@ -107,3 +107,23 @@ def _damaged(path: Path, error: checkpoint.CheckpointIOError) -> str:
     ways = [f"run.resume: {older[-1]} (the one before)"] if older else []
     ways.append("run.resume: never (start afresh)")
     return f"run.resume: checkpoint {path} cannot be resumed: {error}; set {', or '.join(ways)}"
+
+
+def fresh_start_notice(cfg: RoleMap, resume: checkpoint.Resume | None) -> str | None:
+    """A warning when this start begins afresh in a run folder whose metrics an earlier start
+    logged: the run log is then replaced, which a user who raised run.steps to continue a run
+    without checkpoints (or with checkpoints elsewhere) would otherwise learn only afterwards."""
+    from launch.restarts import steps_reached
+
+    if resume is not None or not (logged := steps_reached(cfg.run.out)):
+        return None
+    if cfg.run.resume == "never":
+        why = "run.resume is never"
+    elif not cfg.checkpoint.every_steps:
+        why = "checkpoints are off (checkpoint.every_steps 0), so there is none to continue from"
+    else:
+        why = f"there is no complete checkpoint in {cfg.checkpoint_dir()} to continue from"
+    return (
+        f"warning: {cfg.run.out} holds {logged} steps logged by an earlier start, but {why}: "
+        "starting afresh, and its metrics.jsonl, eval.jsonl and samples.jsonl are replaced"
+    )

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from launch import config
-from launch.resume import check_data, find_resume
+from launch.resume import check_data, find_resume, fresh_start_notice
 from roles import checkpoint
 from roles.prompt_stream import PromptStream, fingerprint
 
@@ -236,6 +236,23 @@ def test_a_data_position_saved_without_a_fingerprint_is_checked_by_its_count(bas
     check_data(cfg, resume, _prompts(6, changed=12))
     with pytest.raises(config.ConfigError, match="covers 6 examples, the task now has 7"):
         check_data(cfg, resume, _prompts(7))
+
+
+def test_a_fresh_start_over_logged_steps_warns_that_the_logs_are_replaced(base_config, tmp_path):
+    # Raising run.steps of a finished run that wrote no checkpoint starts it again from step 0:
+    # said at the start, not found afterwards in a metrics.jsonl that was replaced.
+    cfg = _run_config(base_config, tmp_path, **{"checkpoint.every_steps": 0})
+    assert fresh_start_notice(cfg, None) is None  # nothing logged yet
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text("".join(json.dumps({"step": s}) + "\n" for s in range(3)))
+    assert "holds 3 steps logged by an earlier start, but checkpoints are off" in fresh_start_notice(cfg, None)
+    cfg = _run_config(base_config, tmp_path)
+    assert "no complete checkpoint in" in fresh_start_notice(cfg, None)
+    assert "run.resume is never" in fresh_start_notice(
+        _run_config(base_config, tmp_path, **{"run.resume": "never"}), None
+    )
+    _write(cfg.checkpoints(), 2)
+    assert fresh_start_notice(cfg, find_resume(cfg)) is None  # it continues: nothing is replaced
 
 
 def test_resume_from_a_path_that_is_no_checkpoint_is_a_config_error(base_config, tmp_path):
