@@ -82,22 +82,30 @@ def _load_or_exit(path: str) -> config.RoleMap:
 
 
 def cmd_check(args) -> int:
-    """The role map, then its data (the task's files, the tokenizer, every prompt), as a run would."""
+    """The role map, then its data (the task's files, the tokenizer, every prompt) and the
+    checkpoint it would resume from, as a run's start-up would (launch/main.py): what a run
+    would refuse, this refuses."""
     cfg = _load_or_exit(args.config)
-    data = None
+    data, resume = None, None
     if not args.no_data:
         from launch.data import prepare_data
+        from launch.resume import check_data, find_resume
         from launch.run_folder import check_run_folder
 
         try:
             check_run_folder(cfg, create=False)
+            resume = find_resume(cfg)
             data = prepare_data(cfg)
+            if resume is not None:
+                check_data(cfg, resume, data.train_prompts)
         except config.ConfigError as e:
             print(f"mpirl: config error: {args.config}: {e}", file=sys.stderr)
             return config.EXIT_CONFIG
     print(f"{args.config}: valid; {cfg.world.size} ranks")
     if data is not None:
         print(data.describe(cfg.task.name))
+    if resume is not None:
+        print(f"resumes from {resume.path} ({resume.steps_done} steps done)")
     print(config.rank_table(cfg))
     return 0
 
@@ -300,7 +308,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--no-data",
         action="store_true",
-        help="check the file only (not the task's data files, the model's weight files, the tokenizer or the prompts)",
+        help=(
+            "check the file only (not the task's data files, the model's weight files, the tokenizer, "
+            "the prompts or the checkpoint run.resume would continue from)"
+        ),
     )
     p.set_defaults(fn=cmd_check)
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import shlex
@@ -59,6 +60,43 @@ def test_check_bad_config_exits_2_naming_the_field(base_config, write_config, ca
     assert code == 2
     assert err.count("mpirl: config error") == 1 and "run.steps" in err
     assert out == ""
+
+
+def test_check_refuses_what_the_resume_would_refuse_and_names_the_checkpoint(base_config, write_config, capsys):
+    # A run's start-up refuses a resume that would be wrong (launch/resume.py); `mpirl check`
+    # of the same file must say so too, not "valid".
+    from launch.config import parse
+    from launch.data import prepare_data
+    from roles.prompt_stream import PromptStream, fingerprint
+
+    base_config["run"].update(steps=8, out=str(write_config("").parent / "run"))
+    base_config["checkpoint"] = {"every_steps": 2}
+    cfg = parse(copy.deepcopy(base_config))
+    prompts = prepare_data(cfg).train_prompts
+    stream = PromptStream(prompts, seed=0, digest=fingerprint(prompts))
+    plan = cfg.checkpoints()
+    part = plan.write_controller_part(4, {"position": {"stream": stream.position()}, "next_eval_group": 0})
+    (part / "trainer").mkdir()
+    (part / "trainer" / ".metadata").write_bytes(b"the trainers' shard index (not read by check)")
+    newest = plan.finalize(4)
+
+    code, out, err = run_cli(["check", str(write_config(base_config))], capsys)
+    assert code == 0, err
+    assert f"resumes from {newest} (4 steps done)" in out
+
+    base_config["run"]["steps"] = 3  # below the steps done: a run refuses it, so must check
+    code, out, err = run_cli(["check", str(write_config(base_config))], capsys)
+    assert code == 2 and out == ""
+    assert err.startswith("mpirl: config error: ") and "run.steps (3) is below the 4 steps" in err, err
+
+    base_config["run"]["steps"] = 8
+    base_config["run"]["seed"] = 5
+    code, out, err = run_cli(["check", str(write_config(base_config))], capsys)
+    assert code == 2 and "run.seed: differs from the checkpoint" in err, err
+
+    base_config["run"]["seed"] = 0
+    code, out, err = run_cli(["check", "--no-data", str(write_config(base_config))], capsys)
+    assert code == 0 and "resumes from" not in out, err  # the file alone: no checkpoint read
 
 
 def test_check_as_a_command(base_config, write_config):
