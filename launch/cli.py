@@ -125,6 +125,15 @@ def cmd_run(args) -> int:
         added = [f"{k}={v}" for k, v in env.items() if os.environ.get(k) != v]
         print(" ".join(added + [shlex.quote(c) for c in cmd]))
         return 0
+    from launch.resume import find_resume
+
+    # The resume the job's start-up would refuse (launch/main.py), refused here in a line, before
+    # mpiexec starts every rank only for each of them to exit 2 (and Open MPI to print a box).
+    try:
+        find_resume(cfg)
+    except config.ConfigError as e:
+        print(f"mpirl: config error: {args.config}: {e}", file=sys.stderr)
+        return config.EXIT_CONFIG
     from launch.restarts import describe_failure, steps_reached
     from roles.observe.progress import PROGRESS_ENV, launcher_env
     from runtime.preemption import EXIT_RESUMABLE

@@ -62,7 +62,9 @@ def test_check_bad_config_exits_2_naming_the_field(base_config, write_config, ca
     assert out == ""
 
 
-def test_check_refuses_what_the_resume_would_refuse_and_names_the_checkpoint(base_config, write_config, capsys):
+def test_check_refuses_what_the_resume_would_refuse_and_names_the_checkpoint(
+    base_config, write_config, capsys, monkeypatch
+):
     # A run's start-up refuses a resume that would be wrong (launch/resume.py); `mpirl check`
     # of the same file must say so too, not "valid".
     from launch.config import parse
@@ -88,6 +90,10 @@ def test_check_refuses_what_the_resume_would_refuse_and_names_the_checkpoint(bas
     code, out, err = run_cli(["check", str(write_config(base_config))], capsys)
     assert code == 2 and out == ""
     assert err.startswith("mpirl: config error: ") and "run.steps (3) is below the 4 steps" in err, err
+    # mpirl run refuses it too, before mpiexec starts ranks that would each exit 2.
+    monkeypatch.setattr(cli, "run_forwarding_signals", lambda *a, **k: pytest.fail("mpiexec was started"))
+    code, out, err = run_cli(["run", str(write_config(base_config))], capsys)
+    assert code == 2 and err.count("mpirl: config error: ") == 1 and "run.steps (3) is below" in err, err
 
     base_config["run"]["steps"] = 8
     base_config["run"]["seed"] = 5
