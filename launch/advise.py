@@ -105,25 +105,72 @@ def _ranks_doing(counts: dict, role: str) -> int:
     return counts[role]
 
 
+# Splits tried one by one up to this many (in the order that sets how ties are broken); above it,
+# a search per trainer count (_best_for_trainers). The full search is quadratic in the ranks: a
+# role map or --ranks of 100,000 ranks would have kept advise busy for hours.
+EXHAUSTIVE_UP_TO = 2_000_000
+
+
 def best_split(work: RoleWork, total: int, overlapped: bool = True, prompts_per_step: int | None = None) -> Split:
     """The split of ``total`` compute ranks (each role >= 1) with the least predicted step time.
 
     ``prompts_per_step``: only trainer counts it divides evenly over, as the role map requires
     (each trainer trains on an equal share), so the advice is a layout ``mpirl check`` accepts.
+    Ties keep the split with the fewest generators, then the fewest reward ranks.
     """
     if total < 3:
         raise ValueError(f"need at least 3 compute ranks (one per role), got {total}")
+    trainers = [t for t in range(1, total - 1) if not prompts_per_step or prompts_per_step % t == 0]
+    if not trainers:
+        return None
+    if total * len(trainers) > EXHAUSTIVE_UP_TO:
+        found = [_best_for_trainers(work, total - t, t, overlapped) for t in trainers]
+        return min(found, key=lambda s: (s.step_s, s.generator, s.reward))
     best = None
     for g in range(1, total - 1):
-        for r in range(1, total - g):
-            t = total - g - r
-            if prompts_per_step and prompts_per_step % t:
+        for t in reversed(trainers):  # the reward ranks ascending
+            r = total - g - t
+            if r < 1:
                 continue
             s = Split(g, r, t, predict(work, g, r, t, overlapped))
             # Strictly better only: ties keep the first split found (fewest generators).
             if best is None or s.step_s < best.step_s - 1e-12:
                 best = s
     return best
+
+
+def _first(lo: int, hi: int, holds) -> int:
+    """The least ``g`` in ``[lo, hi]`` for which ``holds(g)``, given that it holds from some ``g`` on
+    (``hi + 1`` when it holds nowhere)."""
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if holds(mid):
+            hi = mid - 1
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _best_for_trainers(work: RoleWork, m: int, t: int, overlapped: bool) -> Split:
+    """The best split of ``m`` ranks between generators and reward ranks beside ``t`` trainers,
+    found by bisection: a role's time ``F + W/n`` falls as its ranks grow, so the generators' time
+    falls and the reward ranks' rises with ``g``; their maximum is least where they cross, their
+    sum (convex) where its slope turns. Of equal times, the fewest generators."""
+    gen = lambda g: work.per_rank("generate", g)  # noqa: E731
+    rew = lambda g: work.per_rank("reward", m - g)  # noqa: E731
+    train = work.per_rank("train", t)
+    hi = m - 1
+    if overlapped:
+        cross = _first(1, hi, lambda g: gen(g) <= rew(g))
+        at = [g for g in (cross - 1, cross) if 1 <= g <= hi]
+        least = min(max(gen(g), rew(g)) for g in at)
+        target = max(least, train) + 1e-12
+        # Every g from the first whose generators are within target to the crossing is as good.
+        g = _first(1, max(at), lambda g: gen(g) <= target and rew(g) <= target)
+    else:
+        cost = lambda g: gen(g) + rew(g)  # noqa: E731
+        g = _first(1, hi - 1, lambda g: cost(g + 1) - cost(g) >= -1e-12)
+    return Split(g, m - g, t, predict(work, g, m - g, t, overlapped))
 
 
 class AdviseError(ValueError):
@@ -180,8 +227,8 @@ def _work_of(run) -> tuple[RoleWork, dict, bool]:
 
     def median(key: str) -> float:
         values = sorted(v for m in steps if (v := number(m, key)) is not None)
-        if not values:
-            raise AdviseError(f"{run_dir}/metrics.jsonl: no step has a {key}")
+        if not values:  # absent, or not a finite number (null, NaN, a string) in every step
+            raise AdviseError(f"{run_dir}/metrics.jsonl: no step has a number for {key}")
         return values[len(values) // 2]
 
     if not steps:
@@ -193,10 +240,14 @@ def _work_of(run) -> tuple[RoleWork, dict, bool]:
 
 
 def _prompts_per_step(config: dict) -> int | None:
-    """``rollout.prompts_per_step`` of a run's role map (None when it gives none)."""
+    """``rollout.prompts_per_step`` of a run's role map; when it gives none, the default the run
+    had (the trainer counts the advice may give must divide it all the same), None when it is not
+    a count."""
     from launch.report.runs import section
+    from roles.config.rollout import RolloutConfig
 
-    value = section(config, "rollout").get("prompts_per_step")
+    rollout = section(config, "rollout")
+    value = rollout.get("prompts_per_step", RolloutConfig.model_fields["prompts_per_step"].default)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
@@ -243,6 +294,11 @@ def advise_from_runs(run_dirs: list[Path], total_ranks: int | None = None) -> st
     lines = [f"run: {run_dir}  mode: {mode}"]
     if len(runs) > 1:
         lines.append(f"fitted with: {', '.join(str(d) for d in run_dirs[1:])}")
+    # What was skipped while reading (a cut or damaged line, a step logged twice), as mpirl report's
+    # page says it: advice from fewer steps than the run logged should say so.
+    for d, r in zip(run_dirs, runs):
+        if r.notes:
+            lines.append(f"read from {d}: {'; '.join(r.notes)}")
     lines.append(
         f"measured work per step (rank-seconds that divide over the role's ranks): generate {work.generate:.3f}, "
         f"reward {work.reward:.3f}, train {work.train:.3f}"

@@ -225,13 +225,16 @@ def run_forwarding_signals(cmd: list[str], env: dict, ranks: int = 0) -> tuple[i
 
 
 def cmd_trace(args) -> int:
-    from launch.trace import write_trace
+    from launch.trace import TraceError, write_trace
 
+    notes: list[str] = []
     try:
-        written = write_trace(Path(args.run_dir))
-    except FileNotFoundError as e:
+        written = write_trace(Path(args.run_dir), notes=notes)
+    except (FileNotFoundError, TraceError) as e:
         print(f"mpirl: trace: {e}", file=sys.stderr)
         return config.EXIT_CONFIG
+    for note in notes:  # what the trace left out: a killed rank's cut line, a missing rank
+        print(f"mpirl: trace: warning: {note}", file=sys.stderr)
     for p in written:
         print(p)
     return 0

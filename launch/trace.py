@@ -8,6 +8,7 @@ overlap of generation and training (or its absence) is visible at a glance.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from runtime.spans import START_PREFIX, STOP_PREFIX
@@ -32,29 +33,106 @@ def colour_of(name: str) -> str:
     return COLOURS.get(name, "#937860")
 
 
-def read_spans(run_dir: Path) -> list[dict]:
+class TraceError(ValueError):
+    """The trace cannot be written (its files are in the way, the folder is read-only); the message says why."""
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_time(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _valid_span(line: dict) -> bool:
+    """A span the trace can place: a name, and finite times that do not run backwards. One span
+    with a NaN or infinite start would move every other rank's times to infinity (t0 is their
+    minimum) and make trace.json invalid JSON; a string time would stop the trace with a TypeError."""
+    start, end = line.get("start"), line.get("end")
+    return isinstance(line.get("name"), str) and _is_time(start) and _is_time(end) and end >= start
+
+
+def _valid_header(line: dict) -> bool:
+    return (
+        _is_int(line.get("rank"))
+        and line["rank"] >= 0
+        and isinstance(line.get("role"), str)
+        and _is_int(line.get("index"))
+    )
+
+
+def _expected_ranks(run_dir: Path) -> int | None:
+    """The job's rank count from the run's copy of its role map, when it can be read: so that a
+    rank whose span file is missing altogether (the last one too) is named, not silently absent."""
+    from launch.report.runs import read_config, section
+
+    config, _ = read_config(run_dir / "config.yaml")
+    total = 0
+    for value in section(config, "world").values():
+        count = value.get("ranks", 1) if isinstance(value, dict) else value
+        if not _is_int(count) or count < 0:
+            return None
+        total += count
+    return total or None
+
+
+def read_spans(run_dir: Path, notes: list[str] | None = None) -> list[dict]:
     """One dict per rank: rank, role, index, spans (name, start, end).
 
     Each rank appends to its file every few seconds as it runs (runtime/spans.py), so a run
     that was killed or crashed leaves its spans up to then, perhaps with a line cut short:
-    undecodable lines are skipped, and a file without its header line is left out.
+    undecodable lines are skipped, and a file without its header line is left out. What was
+    skipped or left out, and the ranks with no spans at all, go to ``notes`` when it is given.
     """
+    notes = [] if notes is None else notes
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir}: a file, not a run's out folder (run.out)")
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir}: no such folder")
     files = sorted((run_dir / "spans").glob("rank-*.jsonl"))
     ranks = []
     for f in files:
-        lines = []
-        for text in f.read_text(errors="replace").splitlines():
-            try:
-                line = json.loads(text)
-            except ValueError:
+        try:
+            # Bytes, decoded line by line: spans are ASCII JSON, so a line that is not UTF-8 is damage.
+            raw = f.read_bytes().splitlines()
+        except OSError as e:  # a folder of that name, an unreadable file
+            notes.append(f"{f}: unreadable ({e.strerror or e}): left out")
+            continue
+        lines, bad = [], 0
+        for text in raw:
+            if not text.strip():
                 continue
+            try:
+                line = json.loads(text.decode("utf-8"))
+            except ValueError:  # UnicodeDecodeError too
+                line = None
             if isinstance(line, dict):
                 lines.append(line)
-        if lines and "role" in lines[0]:
-            header, spans = lines[0], [s for s in lines[1:] if {"name", "start", "end"} <= s.keys()]
-            ranks.append({**header, "spans": spans})
+            else:
+                bad += 1
+        if not lines or not _valid_header(lines[0]):
+            notes.append(f"{f}: no header line (rank, role, index): left out")
+            continue
+        header, spans = lines[0], [s for s in lines[1:] if _valid_span(s)]
+        bad += len(lines) - 1 - len(spans)
+        if bad:
+            notes.append(f"{f}: {bad} undecodable or incomplete line{'s' if bad > 1 else ''} skipped")
+        ranks.append({**header, "spans": spans})
     if not ranks:
         raise FileNotFoundError(f"no spans in {run_dir / 'spans'}: is {run_dir} a run's out folder (run.out)?")
+    found = {r["rank"] for r in ranks}
+    if len(found) < len(ranks):  # a file copied or renamed in: two lanes would share one track
+        twice = sorted({r["rank"] for r in ranks if sum(q["rank"] == r["rank"] for q in ranks) > 1})
+        notes.append(f"{run_dir / 'spans'}: rank {', '.join(map(str, twice))} has more than one span file")
+    expected = _expected_ranks(run_dir) or max(found) + 1
+    missing = sorted(set(range(expected)) - found)
+    if missing:
+        shown = ", ".join(str(m) for m in missing[:10]) + (", ..." if len(missing) > 10 else "")
+        notes.append(
+            f"{run_dir / 'spans'}: no spans of rank{'s' if len(missing) > 1 else ''} {shown}: not in the trace"
+        )
     return ranks
 
 
@@ -119,10 +197,16 @@ def timeline_png(ranks: list[dict], path: Path, title: str = "") -> None:
     plt.close(fig)
 
 
-def write_trace(run_dir: Path, title: str | None = None) -> list[Path]:
-    ranks = read_spans(run_dir)
+def write_trace(run_dir: Path, title: str | None = None, notes: list[str] | None = None) -> list[Path]:
+    """``trace.json`` and ``timeline.png`` in ``run_dir`` (those of an earlier trace are replaced);
+    ``notes``: as for :func:`read_spans`."""
+    run_dir = Path(run_dir)
+    ranks = read_spans(run_dir, notes)
     trace_path = run_dir / "trace.json"
-    trace_path.write_text(json.dumps(chrome_trace(ranks)))
     png_path = run_dir / "timeline.png"
-    timeline_png(ranks, png_path, title if title is not None else str(run_dir))
+    try:
+        trace_path.write_text(json.dumps(chrome_trace(ranks), allow_nan=False))  # strict JSON: Perfetto's
+        timeline_png(ranks, png_path, title if title is not None else str(run_dir))
+    except OSError as e:  # a read-only folder, a full disk, a folder of that name: one line, not a traceback
+        raise TraceError(f"{e.filename or run_dir}: cannot write the trace there ({e.strerror or e})") from e
     return [trace_path, png_path]

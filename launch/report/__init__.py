@@ -22,13 +22,46 @@ def write_report(run_dirs: list[Path], out: Path) -> Path:
 
     runs = load_runs([Path(d) for d in run_dirs])
     out = Path(out)
+    check_out(out, [file_name for file_name, *_ in FIGURES])
     try:
         out.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise ReportError(f"{out}: cannot write the report there ({e.strerror or e})") from e
-    figures = []
-    for file_name, heading, draw, why_skipped in FIGURES:
-        path = out / file_name
-        path.unlink(missing_ok=True)  # a figure an earlier report drew, which the data no longer has
-        figures.append((heading, draw(runs, path), why_skipped))
-    return write_page(runs, figures, out)
+        figures = []
+        for file_name, heading, draw, why_skipped in FIGURES:
+            path = out / file_name
+            path.unlink(missing_ok=True)  # a figure an earlier report drew, which the data no longer has
+            figures.append((heading, draw(runs, path), why_skipped))
+        return write_page(runs, figures, out)
+    except OSError as e:  # a full disk, a read-only folder: one line, not a traceback
+        where = e.filename or out
+        raise ReportError(f"{where}: cannot write the report there ({e.strerror or e})") from e
+
+
+# The page's own line (page.render): how a report.md that an earlier ``mpirl report`` wrote is told
+# from a file of the user's of that name, which must not be written over.
+WRITTEN_BY = b"Written by `mpirl report`"
+
+
+def check_out(out: Path, figure_names: list[str]) -> None:
+    """Refuse, before anything is written, an ``--out`` that is a file, or a folder holding a
+    ``report.md`` or figures of the report's names that no ``mpirl report`` wrote: writing the
+    report again over its own earlier one is what re-running is for; over someone's files, not."""
+    if out.exists() and not out.is_dir():
+        raise ReportError(f"{out}: a file, not a folder: give --out a folder to write the report into")
+    if not out.is_dir():
+        return
+    page = out / "report.md"
+    if page.is_file():
+        try:
+            with open(page, "rb") as f:
+                ours = WRITTEN_BY in f.read(65536)
+        except OSError:
+            ours = False
+    else:
+        ours = False
+    names = ["report.md"] + figure_names
+    held = [n for n in names if (out / n).exists() and not (ours and (out / n).is_file())]
+    if held:
+        raise ReportError(
+            f"{out}: holds {', '.join(held)} not written by mpirl report: "
+            "choose another --out (or move them), so that nothing there is written over"
+        )

@@ -224,6 +224,7 @@ def render(runs: list[Run], figures: list[tuple[str, str | None, str]]) -> str:
     names = [escape(r.name) for r in runs]
     out = [
         f"# Run report: {', '.join(names)}",
+        # check_out (launch/report/__init__.py) knows an earlier report by these words: keep them.
         "Written by `mpirl report` from "
         + ", ".join(f"{escape(r.path)} ({n})" for r, n in zip(runs, names))
         + ". Is it learning, and where does the time go?",

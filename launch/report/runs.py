@@ -55,7 +55,8 @@ class Run:
         if self.summary is None:
             return "partial: no summary.json (still going, or stopped before writing one)"
         summary_steps = self.summary.get("steps")
-        if isinstance(summary_steps, int) and self.steps > summary_steps:
+        # bool is an int to Python: "steps": true would read as step 1 ("an earlier stop at step True")
+        if isinstance(summary_steps, int) and not isinstance(summary_steps, bool) and self.steps > summary_steps:
             return f"resumed and still going: summary.json is from an earlier stop at step {summary_steps}"
         wanted = self.configured_steps
         if wanted is not None and self.steps < wanted:
@@ -95,7 +96,9 @@ def read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
     if not path.is_file():
         return [], []
     try:
-        lines = path.read_text(errors="replace").splitlines()
+        # Bytes, decoded line by line: the controller writes ASCII (json.dumps), so a line that
+        # is not UTF-8 is damaged, and is counted as such rather than read with a garbled key.
+        lines = path.read_bytes().splitlines()
     except OSError as e:
         return [], [f"{path.name}: unreadable ({e.strerror or e})"]
     records, bad = [], []
@@ -103,8 +106,8 @@ def read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
-        except ValueError:
+            record = json.loads(line.decode("utf-8"))
+        except ValueError:  # UnicodeDecodeError too
             record = None
         if isinstance(record, dict):
             records.append(record)
@@ -160,7 +163,7 @@ def read_config(path: Path) -> tuple[dict | None, list[str]]:
 
     try:
         value = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):  # not UTF-8 is a ValueError, not an OSError
         return None, [f"{path.name}: present but does not parse: settings not shown"]
     if not isinstance(value, dict):
         return None, [f"{path.name}: not a mapping: settings not shown"]
@@ -169,6 +172,8 @@ def read_config(path: Path) -> tuple[dict | None, list[str]]:
 
 def load_run(path: Path, name: str | None = None) -> Run:
     path = Path(path)
+    if path.exists() and not path.is_dir():  # "no such folder" would send the user looking for a typo
+        raise ReportError(f"{path}: a file, not a run folder (give the run.out folder of a run)")
     if not path.is_dir():
         raise ReportError(f"{path}: no such folder")
     if not (path / METRICS).is_file():
@@ -210,8 +215,9 @@ def later_than_the_run(run: Run) -> list[str]:
 
 def run_name(path: Path, parents: int = 0) -> str:
     """The folder's name, with ``parents`` folders above it (``gsm/async``) when that is needed."""
-    parts = Path(path).resolve().parts
-    return "/".join(parts[-1 - parents :]) if len(parts) > 1 else str(path)
+    resolved = Path(path).resolve()
+    parts = resolved.parts[1:] if resolved.anchor else resolved.parts  # not "/" itself: no "//tmp/..."
+    return "/".join(parts[-1 - parents :]) if parts else str(path)
 
 
 def load_runs(paths: list[Path]) -> list[Run]:
@@ -222,7 +228,9 @@ def load_runs(paths: list[Path]) -> list[Run]:
     resolved = [Path(p).resolve() for p in paths]
     names = [run_name(p) for p in resolved]
     for parents in range(1, max(len(p.parts) for p in resolved)):
-        clashes = {n for n in names if names.count(n) > 1}
+        # Only different folders of one name clash: the same folder given twice would otherwise
+        # climb to the root ("//tmp/runs/async") without ever being told apart.
+        clashes = {n for n in names if len({p for p, m in zip(resolved, names) if m == n}) > 1}
         if not clashes:
             break
         names = [run_name(p, parents) if n in clashes else n for p, n in zip(resolved, names)]
