@@ -319,6 +319,22 @@ def test_trailing_bytes():
         codec.decode(codec.encode(typed()) + b"\x00")
 
 
+@pytest.mark.parametrize("decode", [codec.decode, lambda data: _raise_first(codec.decode_many([data]))])
+def test_nesting_past_the_interpreters_limit_is_a_codec_error(decode):
+    # An AnyMsg whose x is 100,000 one-element arrays inside each other (100 kB): the decoder
+    # recurses per level. The map of type and v, its header (0x82) made one of 3 entries.
+    type_and_v = msgpack.packb({"type": "CodecTestAny", "v": codec.SCHEMA_VERSION})
+    data = b"\x83" + type_and_v[1:] + msgpack.packb("x") + b"\x91" * 100_000 + b"\x01"
+    with pytest.raises(CodecError, match="nested too deep"):
+        decode(data)
+
+
+def _raise_first(results: list):
+    if isinstance(results[0], Exception):
+        raise results[0]
+    return results[0]
+
+
 @pytest.mark.parametrize(
     "garbage",
     [
