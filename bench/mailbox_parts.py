@@ -114,15 +114,13 @@ def probe(comm: MPI.Comm, n: int) -> float:
     return ssend_pingpong(comm, n, take)
 
 
-def posted(comm: MPI.Comm, n: int, with_msgpack: bool = False) -> float:
-    """``with_msgpack``: each message is the mailbox's map packed by msgpack alone (a reused
-    Packer) and unpacked on arrival, with no checks, no framing, no message class: the least
-    that typed msgpack messages over this wire cost in Python."""
+def posted(comm: MPI.Comm, n: int, make=None, unpack=None) -> float:
+    """The posted wire by hand. ``make(i)``: the bytes of message i (None: the payload itself);
+    ``unpack(bytes)``: what the receiver does with the bytes it copied out (None: nothing)."""
     peer, status = 1 - comm.rank, MPI.Status()
     slot = bytearray(4096)
     request = comm.Recv_init([slot, MPI.BYTE], peer, TAG)
     request.Start()
-    pack = msgpack.Packer().pack
 
     def take():
         while not request.Test(status):
@@ -130,17 +128,26 @@ def posted(comm: MPI.Comm, n: int, with_msgpack: bool = False) -> float:
                 os.sched_yield()
         out = bytes(memoryview(slot)[: status.Get_count(MPI.BYTE)])
         request.Start()
-        return msgpack.unpackb(out) if with_msgpack else out
+        return unpack(out) if unpack else out
 
-    def make(i: int) -> bytes:
-        return pack({"type": "BenchPartsSmall", "v": codec.SCHEMA_VERSION, "seq": i, "data": PAYLOAD})
-
-    elapsed = ssend_pingpong(comm, n, take, make if with_msgpack else None)
+    elapsed = ssend_pingpong(comm, n, take, make)
     comm.Barrier()  # every message taken: the last posted receive can go
     request.Cancel()
     request.Wait()
     request.Free()
     return elapsed
+
+
+def posted_msgpack(comm: MPI.Comm, n: int) -> float:
+    """Each message is the mailbox's map packed by msgpack alone (a reused Packer) and unpacked
+    on arrival, with no checks, no framing, no message class: the least that typed msgpack
+    messages over this wire cost in Python."""
+    pack = msgpack.Packer().pack
+
+    def make(i: int) -> bytes:
+        return pack({"type": "BenchPartsSmall", "v": codec.SCHEMA_VERSION, "seq": i, "data": PAYLOAD})
+
+    return posted(comm, n, make, msgpack.unpackb)
 
 
 def posted_msgspec(comm: MPI.Comm, n: int) -> float:
@@ -156,26 +163,7 @@ def posted_msgspec(comm: MPI.Comm, n: int) -> float:
         seq: int
 
     encode = msgspec.msgpack.Encoder().encode
-    decode = msgspec.msgpack.Decoder(Struct | Other).decode
-    peer, status = 1 - comm.rank, MPI.Status()
-    slot = bytearray(4096)
-    request = comm.Recv_init([slot, MPI.BYTE], peer, TAG)
-    request.Start()
-
-    def take():
-        while not request.Test(status):
-            if YIELD:
-                os.sched_yield()
-        msg = decode(memoryview(slot)[: status.Get_count(MPI.BYTE)])
-        request.Start()
-        return msg
-
-    elapsed = ssend_pingpong(comm, n, take, lambda i: encode(Struct(i, PAYLOAD)))
-    comm.Barrier()  # every message taken: the last posted receive can go
-    request.Cancel()
-    request.Wait()
-    request.Free()
-    return elapsed
+    return posted(comm, n, lambda i: encode(Struct(i, PAYLOAD)), msgspec.msgpack.Decoder(Struct | Other).decode)
 
 
 def transport(t: MPITransport, comm: MPI.Comm, n: int, frames: list) -> float:
@@ -246,7 +234,7 @@ def main() -> None:
         "raw": lambda: raw(comm, args.pings),
         "probe": lambda: probe(comm, args.pings),
         "posted": lambda: posted(comm, args.pings),
-        "posted_msgpack": lambda: posted(comm, args.pings, with_msgpack=True),
+        "posted_msgpack": lambda: posted_msgpack(comm, args.pings),
         "transport": lambda: transport(t, comm, args.pings, frames),
         "mailbox": lambda: mailbox(mb, comm, args.pings),
     }
