@@ -140,6 +140,19 @@ def test_a_folder_where_a_span_file_should_be_is_left_out_not_fatal(tmp_path, ca
     assert code == 0 and "rank-0002.jsonl: unreadable" in err, err
 
 
+def test_a_config_yaml_with_a_key_written_twice_is_read_as_the_launcher_reads_it(tmp_path, capsys):
+    # The launcher refuses a key written twice; plain yaml.safe_load keeps the last, and advise
+    # sized its advice from a second world: block the run never had.
+    run = make_run(tmp_path / "run")
+    text = (run / "config.yaml").read_text()
+    (run / "config.yaml").write_text(text + "\nworld: {controller: 1, generator: 9, reward: 9, trainer: 9}\n")
+    assert_one_line_exit_2(["advise", run], capsys, "config.yaml")
+    code, out, err = run_cli(["report", run], capsys)
+    assert code == 0, err
+    page = (run / "report" / "report.md").read_text()
+    assert "config.yaml: present but does not parse (duplicate key 'world'" in page
+
+
 @pytest.mark.parametrize("in_the_way", ["trace.json", "timeline.png"])
 def test_trace_that_cannot_write_its_files_exits_2(tmp_path, capsys, in_the_way):
     run = make_run(tmp_path / "run")

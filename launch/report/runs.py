@@ -161,10 +161,20 @@ def read_config(path: Path) -> tuple[dict | None, list[str]]:
         return None, []
     import yaml
 
+    # Read as the launcher reads a role map (launch.config.load_yaml): 1e-5 is a number, and a key
+    # written twice is an error, not the last one silently winning (advise would size the
+    # layout from a second world: block the run never had).
+    from launch.config import load_yaml
+
     try:
-        value = yaml.safe_load(path.read_text())
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):  # not UTF-8 is a ValueError, not an OSError
-        return None, [f"{path.name}: present but does not parse: settings not shown"]
+        value = load_yaml(path.read_text())
+    except UnicodeDecodeError:  # a ValueError, not an OSError
+        return None, [f"{path.name}: present but does not parse (not UTF-8): settings not shown"]
+    except OSError as e:
+        return None, [f"{path.name}: present but does not parse ({e.strerror or e}): settings not shown"]
+    except yaml.YAMLError as e:
+        problem = getattr(e, "problem", None) or type(e).__name__
+        return None, [f"{path.name}: present but does not parse ({problem}): settings not shown"]
     if not isinstance(value, dict):
         return None, [f"{path.name}: not a mapping: settings not shown"]
     return value, []
