@@ -178,9 +178,10 @@ class AdviseError(ValueError):
 
 
 def _rank_count(value, role: str) -> int:
-    """A ``world:`` entry's rank count: an int, or a mapping's ``ranks`` (1 when not given)."""
-    count = value.get("ranks", 1) if isinstance(value, dict) else value
-    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+    from launch.report.runs import rank_count
+
+    count = rank_count(value)
+    if count is None:
         raise AdviseError(f"config.yaml: world.{role} is {value!r}, not a rank count")
     return count
 

@@ -65,16 +65,11 @@ def _valid_header(line: dict) -> bool:
 def _expected_ranks(run_dir: Path) -> int | None:
     """The job's rank count from the run's copy of its role map, when it can be read: so that a
     rank whose span file is missing altogether (the last one too) is named, not silently absent."""
-    from launch.report.runs import read_config, section
+    from launch.report.runs import rank_count, read_config, section
 
     config, _ = read_config(run_dir / "config.yaml")
-    total = 0
-    for value in section(config, "world").values():
-        count = value.get("ranks", 1) if isinstance(value, dict) else value
-        if not _is_int(count) or count < 0:
-            return None
-        total += count
-    return total or None
+    counts = [rank_count(value) for value in section(config, "world").values()]
+    return None if None in counts else sum(counts) or None
 
 
 def read_spans(run_dir: Path, notes: list[str] | None = None) -> list[dict]:
@@ -91,27 +86,17 @@ def read_spans(run_dir: Path, notes: list[str] | None = None) -> list[dict]:
         raise FileNotFoundError(f"{run_dir}: a file, not a run's out folder (run.out)")
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{run_dir}: no such folder")
+    from launch.report.runs import json_objects
+
     files = sorted((run_dir / "spans").glob("rank-*.jsonl"))
     ranks = []
     for f in files:
         try:
-            # Bytes, decoded line by line: spans are ASCII JSON, so a line that is not UTF-8 is damage.
-            raw = f.read_bytes().splitlines()
+            lines, undecodable = json_objects(f.read_bytes().splitlines())
         except OSError as e:  # a folder of that name, an unreadable file
             notes.append(f"{f}: unreadable ({e.strerror or e}): left out")
             continue
-        lines, bad = [], 0
-        for text in raw:
-            if not text.strip():
-                continue
-            try:
-                line = json.loads(text.decode("utf-8"))
-            except ValueError:  # UnicodeDecodeError too
-                line = None
-            if isinstance(line, dict):
-                lines.append(line)
-            else:
-                bad += 1
+        bad = len(undecodable)
         if not lines or not _valid_header(lines[0]):
             notes.append(f"{f}: no header line (rank, role, index): left out")
             continue

@@ -88,19 +88,17 @@ def section(config: dict | None, name: str) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
-    """The JSON objects of a JSON-lines file, and notes on the lines that were not one.
+def rank_count(value) -> int | None:
+    """A ``world:`` entry's rank count: an int, or a mapping's ``ranks`` (1 when not given); None
+    when it is neither."""
+    count = value.get("ranks", 1) if isinstance(value, dict) else value
+    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
 
-    A cut last line is told apart from damage elsewhere: it is what a run still writing leaves.
-    """
-    if not path.is_file():
-        return [], []
-    try:
-        # Bytes, decoded line by line: the controller writes ASCII (json.dumps), so a line that
-        # is not UTF-8 is damaged, and is counted as such rather than read with a garbled key.
-        lines = path.read_bytes().splitlines()
-    except OSError as e:
-        return [], [f"{path.name}: unreadable ({e.strerror or e})"]
+
+def json_objects(lines: list[bytes]) -> tuple[list[dict], list[int]]:
+    """The JSON objects among ``lines`` (bytes, decoded one by one: what mpirl writes is ASCII, so
+    a line that is not UTF-8 is damaged, not read with a garbled key), and the numbers (from 1)
+    of the non-blank lines that are not one."""
     records, bad = [], []
     for number_, line in enumerate(lines, start=1):
         if not line.strip():
@@ -113,6 +111,21 @@ def read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
             records.append(record)
         else:
             bad.append(number_)
+    return records, bad
+
+
+def read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
+    """The JSON objects of a JSON-lines file, and notes on the lines that were not one.
+
+    A cut last line is told apart from damage elsewhere: it is what a run still writing leaves.
+    """
+    if not path.is_file():
+        return [], []
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as e:
+        return [], [f"{path.name}: unreadable ({e.strerror or e})"]
+    records, bad = json_objects(lines)
     notes = []
     last = max((i for i, line in enumerate(lines, start=1) if line.strip()), default=0)
     if last in bad:
