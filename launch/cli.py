@@ -97,7 +97,7 @@ def cmd_check(args) -> int:
             resume = find_resume(cfg)
             data = prepare_data(cfg)
             if resume is not None:
-                check_data(cfg, resume, data.train_prompts)
+                check_data(cfg, resume, data.train_prompts, data.train_fingerprint)
         except config.ConfigError as e:
             print(f"mpirl: config error: {args.config}: {e}", file=sys.stderr)
             return config.EXIT_CONFIG

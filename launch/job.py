@@ -230,6 +230,7 @@ def _controller(cfg, dist, routes, schedule, policy, transport, engine, prefligh
         routes=routes,
         schedule=schedule,
         prompts=preflight.data.train_prompts,
+        prompts_digest=preflight.data.train_fingerprint,
         eval_prompts=preflight.data.eval_prompts,
         data_stats=preflight.data.stats,
         batch_prompts=cfg.world.generator.batch_prompts,
@@ -260,7 +261,7 @@ def prepare_controller(cfg: RoleMap, resume=None) -> Preflight:
     if resume is not None:
         from launch.resume import check_data
 
-        check_data(cfg, resume, data.train_prompts)  # files rewritten since the checkpoint: exit 2
+        check_data(cfg, resume, data.train_prompts, data.train_fingerprint)  # rewritten since: exit 2
     resumed_at = resume.steps_done if resume is not None else 0
     backends = open_backends(cfg.logging, Path(cfg.run.out), cfg.model_dump(mode="json"), resumed_at)
     return Preflight(

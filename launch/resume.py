@@ -85,13 +85,15 @@ def find_resume(cfg: RoleMap) -> checkpoint.Resume | None:
     return checkpoint.Resume(str(path), done)
 
 
-def check_data(cfg: RoleMap, resume: checkpoint.Resume, train_prompts: dict) -> None:
+def check_data(cfg: RoleMap, resume: checkpoint.Resume, train_prompts: dict, digest: str | None = None) -> None:
     """Raise ConfigError when the prepared training prompts are not those the checkpoint's data
     position indexes: the files named in the role map were rewritten since (the role maps
     match, which ``check_compatible`` saw). Resumed, the position would pick other examples
-    than the ones it stands for, or past the end; found here, on rank 0 before any work."""
+    than the ones it stands for, or past the end; found here, on rank 0 before any work.
+    ``digest``: ``fingerprint(train_prompts)``, when the caller has it already."""
     position = resume.controller_state()["position"].get("stream", {})
-    why = data_changed(position, len(train_prompts), fingerprint(train_prompts))
+    digest = fingerprint(train_prompts) if digest is None else digest
+    why = data_changed(position, len(train_prompts), digest)
     if why is not None:
         field = "task.train_files" if getattr(cfg.task, "train_files", None) else "task"
         raise ConfigError(

@@ -70,8 +70,10 @@ class ControllerActor(ForwardsStopSignals, Actor):
         liveness=None,
         checkpoints: CheckpointPlan | None = None,
         resume: Resume | None = None,
+        prompts_digest: str | None = None,
     ):
-        """``prompts`` maps each training example's id to its prompt token ids; ``eval_prompts``
+        """``prompts`` maps each training example's id to its prompt token ids (``prompts_digest``:
+        their ``roles.prompt_stream.fingerprint``, when the caller has it already); ``eval_prompts``
         the same for the examples an eval round sends (in order). ``data_stats``: counts of
         the data as prepared (examples, prompts left out for length), logged with each step.
         ``batch_prompts``: prompts per generation batch (0: an equal share of a step per generator).
@@ -87,7 +89,8 @@ class ControllerActor(ForwardsStopSignals, Actor):
         self.routes = routes
         self.schedule = schedule
         self.prompts = prompts
-        self.stream = PromptStream(prompts, config.seed, digest=fingerprint(prompts))
+        digest = fingerprint(prompts) if prompts_digest is None else prompts_digest
+        self.stream = PromptStream(prompts, config.seed, digest=digest)
         self.eval_prompts = eval_prompts or {}
         self.data_stats = dict(data_stats or {})
         self.trainer_version = 0
