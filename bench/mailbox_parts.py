@@ -50,6 +50,7 @@ from wait_policy import yield_when_idle  # noqa: E402
 
 from runtime import Mailbox, RoleTable  # noqa: E402
 from transports import codec  # noqa: E402
+from transports.choose import transport_class  # noqa: E402
 from transports.mpi_transport import MPITransport  # noqa: E402
 
 TAG = 21
@@ -227,7 +228,7 @@ def main() -> None:
     comm = world.Dup()
     global YIELD
     YIELD = yield_when_idle(world)
-    t = MPITransport(world.Dup())
+    t = transport_class()(world.Dup())
     mb = Mailbox(RoleTable(world, ["a", "b"]))
     frames = codec.encode_frames(Small(0, PAYLOAD))
     rungs = {
@@ -266,6 +267,7 @@ def main() -> None:
             "decode_us": round(per_call_us(lambda: codec.decode(header)), 2),
             "mailbox_over_raw": round(rtt["mailbox"] / rtt["raw"], 2),
             "yield_when_idle": YIELD,
+            "transport": type(t).__name__,  # the transport and mailbox rungs' (transports/choose.py)
             "pings": args.pings,
             "reps": args.reps,
             "loadavg_1m": round(os.getloadavg()[0], 2),

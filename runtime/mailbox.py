@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 from runtime.backoff import Backoff
 from runtime.role_table import RoleTable
 from transports import codec
-from transports.mpi_transport import MPITransport
+from transports.choose import transport_class
 
 
 class Address(NamedTuple):
@@ -49,7 +49,7 @@ class Mailbox:
         """Collective over the role table's communicator (it is duplicated)."""
         self.role_table = role_table
         self.comm = role_table.comm.Dup()
-        self.transport = MPITransport(self.comm, max_inflight_bytes=max_inflight_bytes)
+        self.transport = transport_class()(self.comm, max_inflight_bytes=max_inflight_bytes)
         self._ready: collections.deque[Envelope] = collections.deque()  # decoded, not yet polled
         self.address = Address(role_table.role, role_table.index)
         # Looked up on every message: worked out once.

@@ -1,0 +1,74 @@
+"""Which MPI transport a mailbox uses: the compiled one when it is built for this MPI.
+
+transports/fast_transport.pyx is transports/mpi_transport.py's class compiled to C calls to
+MPI (``python -m transports.build``; ``make venv`` runs it). The two are the same on the wire,
+so ranks may even mix them. The compiled one is used when it was built and is built for the
+MPI that mpi4py loaded; ``MPIRL_TRANSPORT=python`` asks for the Python one, ``=compiled``
+makes its absence an error (for the tests and benchmarks that measure it).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from transports.mpi_transport import MPITransport
+
+ENV = "MPIRL_TRANSPORT"
+_HERE = Path(__file__).resolve().parent
+_BUILD_INFO = _HERE / "fast_transport.json"
+_SOURCE = _HERE / "fast_transport.pyx"
+
+
+def source_digest(path: Path = _SOURCE) -> str:
+    """What a build records of the source it compiled: a module older than its source is not used."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+class TransportUnavailable(RuntimeError):
+    pass
+
+
+@functools.cache
+def compiled_transport():
+    """The compiled transport class, or the reason it cannot be used (a string)."""
+    from mpi4py import MPI
+
+    try:
+        info = json.loads(_BUILD_INFO.read_text())
+        built_for, built_from = info["mpi"], info["source"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "not built (python -m transports.build)"
+    try:
+        if built_from != source_digest():
+            return "older than transports/fast_transport.pyx (python -m transports.build)"
+    except OSError:  # an installed copy without the source: the build is all there is
+        pass
+    loaded = MPI.get_vendor()[0]
+    if built_for != loaded:  # checked before importing: the module is linked to its MPI's library
+        return f"built for {built_for}, but mpi4py loaded {loaded} (python -m transports.build)"
+    try:
+        from transports import fast_transport
+    except ImportError as e:
+        return f"does not load ({e}; python -m transports.build)"
+    if fast_transport.BUILT_FOR != loaded:
+        return f"compiled against {fast_transport.BUILT_FOR}'s mpi.h, but mpi4py loaded {loaded}"
+    return fast_transport.FastTransport
+
+
+def transport_class():
+    """The class a mailbox builds its transport with (see the module doc)."""
+    want = os.environ.get(ENV, "auto").strip().lower()
+    if want == "python":
+        return MPITransport
+    if want not in ("auto", "compiled"):
+        raise TransportUnavailable(f"{ENV}={os.environ[ENV]!r}: expected auto, python or compiled")
+    found = compiled_transport()
+    if isinstance(found, str):
+        if want == "compiled":
+            raise TransportUnavailable(f"{ENV}=compiled, but the compiled transport is {found}")
+        return MPITransport
+    return found
