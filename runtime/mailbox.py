@@ -55,6 +55,14 @@ class Mailbox:
         # Looked up on every message: worked out once.
         self._senders = [Address(*role_table.whois(r)) for r in range(self.comm.Get_size())]
         self._ranks: dict[tuple, int] = {}
+        fast = getattr(self.transport, "mailbox_path", None)
+        if fast is not None:
+            # The compiled transport (transports/fast_transport.pyx) brings send() and poll()
+            # compiled too, the same lines over the same state: an instance attribute wins
+            # over the method, so every caller (wait, drain, actors) gets them. Their Python
+            # frames were a third of a small message's round trip (bench/mailbox_parts.py).
+            path = fast(self._ready, self._senders, self._ranks, role_table.rank_of, Envelope)
+            self.send, self.poll, self.progress = path.send, path.poll, self.transport.progress
         self.closed = False
         self.dropped_after_close = 0  # messages that arrived after close(): a protocol smell
 

@@ -450,6 +450,11 @@ def decode(data, frames=()) -> Any:
         raise
     except _UNPACK_ERRORS as e:
         raise _bad_bytes(e) from None
+    return message_from_map(body)
+
+
+def message_from_map(body) -> Any:
+    """The message a decoded msgpack map holds (:func:`decode` after the bytes are read)."""
     try:
         build = _BUILDERS[body["type"]]
     except Exception:  # not a map, no or an odd type name, or a type not seen before
@@ -651,6 +656,39 @@ def _exact_types(hint) -> frozenset | None:
     if origin is None and isinstance(hint, type):
         return frozenset(t for t in _decoded_types() if issubclass(t, hint))
     return None  # list[X], dict[K, V], TypeVars, ...: checked item by item, or not at all
+
+
+# The values the compiled mailbox path (transports/fast_transport.pyx) packs and checks itself.
+_PLAIN_SCALARS = frozenset([int, float, str, bytes, bool, _NONE])
+
+
+def plain_message_spec(cls) -> tuple | None:
+    """How a message of ``cls`` travels, for code that encodes and decodes it without this module.
+
+    ``(wire name, packed map header with the "type" and "v" entries, size of the field map's
+    own header that this one replaces, field names, exact types allowed per field)``, for a
+    registered plain dataclass (see :func:`_is_plain`) whose every field's hint admits only
+    scalars (int, float, str, bytes, bool, None, or a union of them): its map is then all
+    there is to its wire form, and a type test per field all there is to checking one. None
+    for every other class: the compiled path hands those to :func:`encode_frames` and
+    :func:`decode`, as it does any message whose values are not of those exact types.
+    """
+    type_name = getattr(cls, "__message_type__", None)
+    if type_name is None or _REGISTRY.get(type_name) is not cls or not _is_plain(cls):
+        return None
+    try:
+        hints = _hints(cls)
+    except Exception:  # noqa: BLE001 - hints that do not resolve: the general path decides
+        return None
+    names = tuple(f.name for f in dataclasses.fields(cls))
+    allowed = []
+    for name in names:
+        exact = _exact_types(hints.get(name, Any))
+        if exact is None or not exact <= _PLAIN_SCALARS:
+            return None
+        allowed.append(exact)
+    prefix, skip = (_ENCODE_SPECS.get(cls) or _encode_spec(cls))[:2]
+    return type_name, prefix, skip, names, tuple(allowed)
 
 
 def _fits_for(hint):

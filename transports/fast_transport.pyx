@@ -14,6 +14,8 @@ for, and ``MPIRL_TRANSPORT=python`` turns it off. Every mailbox test runs with b
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.dict cimport PyDict_GetItem
+from cpython.object cimport PyObject
 from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.buffer cimport PyBUF_SIMPLE, PyObject_GetBuffer, PyBuffer_Release
 from libc.stdint cimport uint32_t, uint64_t
@@ -29,8 +31,10 @@ from mpi4py.libmpi cimport (
 import collections
 import time
 
+import msgspec
 from mpi4py import MPI as _MPI
 
+from transports import codec as _codec
 from transports.mpi_transport import (
     BATCH, BUFFER_TAG, HEADER_TAG, LARGE, RECEIVE_SLOTS, SLOT_BYTES, Received, _ReceiveBuffers, _nbytes,
 )
@@ -209,6 +213,9 @@ cdef class FastTransport:
 
     def send(self, int dest, frames):
         """Send ``[header, *buffers]`` to ``dest``: start it now, or add it to a batch."""
+        self._send(dest, frames)
+
+    cdef _send(self, int dest, frames):
         cdef object header = frames[0]
         cdef Py_ssize_t hlen = len(header)
         cdef bytearray batch
@@ -394,12 +401,19 @@ cdef class FastTransport:
 
     def poll(self):
         """The next received message (or batch), or None at once if none has arrived."""
+        return self._poll()
+
+    cdef object _poll(self):
         if self._inbox:
             return self._inbox.popleft()
         got = self._receive()
         if got is None and self._batches:  # an idle point: nothing of ours may wait
             self.progress()
         return got
+
+    def mailbox_path(self, ready, list senders, dict ranks, rank_of, envelope):
+        """:meth:`Mailbox.send` and :meth:`Mailbox.poll` over this transport, compiled (see MailboxPath)."""
+        return MailboxPath(self, ready, senders, ranks, rank_of, envelope)
 
     cdef object _receive(self):
         """Receive one header message (a message or a batch), if one has come."""
@@ -478,3 +492,183 @@ cdef class FastTransport:
                 dropped += 1
             _check(MPI_Request_free(&self._slots[i]))
         return dropped
+
+
+# ------------------------------------------------------------------ the mailbox's path
+
+# The codec for plain messages (transports/codec.py, plain_message_spec): their map packed
+# and checked here, every other message handed to the codec itself. Control messages are
+# plain (WeightsPushed, BatchDone, Stop, ...), and for them the codec's Python was most of a
+# round trip once the transport was compiled.
+cdef object _encode_frames = _codec.encode_frames
+cdef object _decode = _codec.decode
+cdef object _message_from_map = _codec.message_from_map
+cdef object _decode_body = _codec._decode_body  # the codec's map reader (msgspec, its ext hook)
+cdef object _plain_spec = _codec.plain_message_spec
+cdef dict _REGISTRY = _codec._REGISTRY
+cdef object _VERSION = _codec.SCHEMA_VERSION
+cdef object _object_new = object.__new__
+# Only the scalars of plain_message_spec reach it: msgspec packs them as msgpack's Packer does
+# (the smallest int, float64, str and bin types), at half its cost per call.
+cdef object _pack_map = msgspec.msgpack.Encoder().encode
+
+
+cdef class _Plain:
+    cdef bytes prefix  # the map header counting "type" and "v", and those two entries
+    cdef Py_ssize_t skip  # the size of the fields' own map header, which the prefix replaces
+    cdef tuple names
+    cdef tuple allowed  # per field, a frozenset of the exact types it takes
+    cdef object cls
+    cdef Py_ssize_t n
+
+
+cdef dict _BY_CLASS = {}  # message class -> _Plain, or None if not plain
+cdef dict _BY_NAME = {}  # wire name of a registered class -> _Plain, or None
+
+
+cdef _Plain _plain_for_class(cls):
+    cdef _Plain spec = None
+    try:
+        return _BY_CLASS[cls]
+    except KeyError:
+        pass
+    got = _plain_spec(cls)
+    if got is not None:
+        spec = _Plain()
+        _, spec.prefix, spec.skip, spec.names, spec.allowed = got
+        spec.cls = cls
+        spec.n = len(spec.names)
+    _BY_CLASS[cls] = spec
+    return spec
+
+
+cdef _Plain _plain_for_name(str name):
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        pass
+    cls = _REGISTRY.get(name)
+    if cls is None:  # not (yet) a message type: never cached, the codec names the problem
+        return None
+    spec = _plain_for_class(cls)
+    _BY_NAME[name] = spec
+    return spec
+
+
+cdef inline bint _fields_fit(_Plain spec, dict fields):
+    """Whether ``fields`` holds every field of ``spec``, each of a type it allows exactly."""
+    cdef Py_ssize_t i
+    cdef PyObject* value
+    for i in range(spec.n):
+        value = PyDict_GetItem(fields, spec.names[i])
+        if value == NULL or type(<object>value) not in <frozenset>spec.allowed[i]:
+            return False
+    return True
+
+
+cpdef list encode_frames(msg):
+    """:func:`transports.codec.encode_frames`, the same bytes, plain messages packed here."""
+    cdef _Plain spec = _plain_for_class(type(msg))
+    if spec is None:
+        return _encode_frames(msg)
+    fields = getattr(msg, "__dict__", None)
+    # The codec packs the instance dict as it is when it holds just the fields; so here.
+    if type(fields) is not dict or len(<dict>fields) != spec.n or not _fields_fit(spec, <dict>fields):
+        return _encode_frames(msg)
+    try:
+        body = _pack_map(fields)
+    except Exception:  # noqa - e.g. an int past 64 bits: the codec raises its own error
+        return _encode_frames(msg)
+    cdef Py_ssize_t head = len(spec.prefix), size = len(body) - spec.skip
+    out = PyBytes_FromStringAndSize(NULL, head + size)
+    memcpy(PyBytes_AS_STRING(out), PyBytes_AS_STRING(spec.prefix), head)
+    memcpy(PyBytes_AS_STRING(out) + head, PyBytes_AS_STRING(body) + spec.skip, size)
+    return [out]
+
+
+cpdef object decode(data, buffers=()):
+    """:func:`transports.codec.decode`, the same messages and errors, plain ones built here."""
+    cdef _Plain spec
+    cdef Py_ssize_t i
+    if buffers:
+        return _decode(data, buffers)
+    try:
+        body = _decode_body(data)
+    except Exception:  # the codec reads the bytes again and raises the CodecError naming why
+        return _decode(data)
+    if type(body) is not dict:
+        return _message_from_map(body)
+    name = (<dict>body).get("type")
+    spec = _plain_for_name(name) if type(name) is str else None
+    if (
+        spec is None
+        or len(<dict>body) != spec.n + 2
+        or (<dict>body).get("v") != _VERSION
+        or not _fields_fit(spec, <dict>body)
+    ):
+        return _message_from_map(body)  # the codec's builders decide, and name any problem
+    # What the codec's builder does for a plain class: the instance without __init__, then
+    # each field set in order.
+    msg = _object_new(spec.cls)
+    for i in range(spec.n):
+        setattr(msg, spec.names[i], (<dict>body)[spec.names[i]])
+    return msg
+
+
+cpdef list decode_many(datas):
+    """:func:`transports.codec.decode_many`: each message, or the exception decoding it raised."""
+    cdef list out = []
+    for data in datas:
+        try:
+            out.append(decode(data))
+        except Exception as e:
+            out.append(e)
+    return out
+
+
+cdef class MailboxPath:
+    """``Mailbox.send`` and ``Mailbox.poll`` (runtime/mailbox.py), line for line, in C.
+
+    A mailbox on the compiled transport takes these two as its own (runtime/mailbox.py says
+    why): with the transport in C, the Python frames of those two methods were a third of a
+    round trip. The state is the mailbox's own objects, shared, not copies; messages are
+    encoded and decoded with this module's plain-message path.
+    """
+
+    cdef FastTransport transport
+    cdef object ready  # the mailbox's deque of decoded envelopes not yet polled
+    cdef list senders
+    cdef dict ranks
+    cdef object rank_of
+    cdef object envelope
+
+    def __init__(self, FastTransport transport not None, ready, list senders, dict ranks, rank_of, envelope):
+        self.transport = transport
+        self.ready = ready
+        self.senders = senders
+        self.ranks = ranks
+        self.rank_of = rank_of
+        self.envelope = envelope
+
+    def send(self, to, msg):
+        rank = self.ranks.get(to)
+        if rank is None:
+            role, index = to
+            rank = self.ranks[to] = self.rank_of(role, index)
+        self.transport._send(rank, encode_frames(msg))
+
+    def poll(self):
+        ready = self.ready
+        if not ready:
+            got = self.transport._poll()
+            if got is None:
+                return None
+            source, headers, buffers = got
+            if len(headers) == 1:
+                return _tuple_new(self.envelope, (self.senders[source], decode(headers[0], buffers)))
+            sender = self.senders[source]
+            ready.extend([_tuple_new(self.envelope, (sender, m)) for m in decode_many(headers)])
+        env = ready.popleft()
+        if isinstance(env[1], Exception):
+            raise env[1]
+        return env
