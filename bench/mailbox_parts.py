@@ -10,10 +10,11 @@ mailbox's path, all measured in one run, alternating, medians of ``--reps``:
    a persistent receive posted ahead, polled with ``Test`` (yielding the core between polls
    where Open MPI's ``Wait`` would: bench/wait_policy.py) and posted again once its bytes are
    copied out;
-3. ``transport``: ``MPITransport.send`` / ``poll`` of pre-encoded bytes (its framing, batching
-   check, completion tracking, received-message bookkeeping);
+3. ``transport``: the mailbox's transport's ``send`` / ``poll`` of pre-encoded bytes (its
+   framing, batching check, completion tracking, received-message bookkeeping): the compiled
+   one when built (transports/choose.py; ``MPIRL_TRANSPORT=python`` measures the Python one);
 4. ``mailbox``: ``Mailbox.send`` / ``poll`` of a typed message (the msgpack codec, its
-   validation, the envelope).
+   validation, the envelope). The line's ``transport`` key names the class.
 
 The differences between rungs are what each layer costs a round trip. ``posted_msgpack`` is
 the floor of this design in Python: the ``posted`` wire carrying the mailbox's map packed and
@@ -22,10 +23,13 @@ speaks msgpack over this wire can beat it; ``posted_msgpack_over_raw`` is that f
 of the raw round trip. ``posted_msgspec`` asks whether a faster codec would lower that floor
 enough: the same wire carrying the message encoded by msgspec (a msgpack codec written in C
 that also validates into a typed class, the fastest one for Python; installed with vLLM) and
-decoded into a typed struct (null when msgspec is not installed). ``probe`` is context:
+decoded into a typed struct (null when msgspec is not installed). Those two floors are why
+the mailbox's path is compiled (transports/fast_transport.pyx): with it the ``transport``
+rung sits on ``raw`` and the ``mailbox`` rung under ``posted_msgpack``. ``probe`` is context:
 the transport's earlier wire, a receive found by polling ``Improbe`` then ``Recv`` of the
 matched message into a buffer of its size. Single-process figures
-split the last one: ``encode_us`` and ``decode_us`` of the message, each timed alone.
+split the last one: ``encode_us`` and ``decode_us`` of the message, each timed alone, and
+``compiled_encode_us`` / ``compiled_decode_us`` on the compiled path.
 Prints ONE JSON line on rank 0, round trips in microseconds.
 """
 
@@ -50,7 +54,7 @@ from wait_policy import yield_when_idle  # noqa: E402
 
 from runtime import Mailbox, RoleTable  # noqa: E402
 from transports import codec  # noqa: E402
-from transports.choose import transport_class  # noqa: E402
+from transports.choose import compiled_transport, transport_class  # noqa: E402
 from transports.mpi_transport import MPITransport  # noqa: E402
 
 TAG = 21
@@ -265,6 +269,9 @@ def main() -> None:
             "mailbox_over_transport_us": round(rtt["mailbox"] - rtt["transport"], 2),
             "encode_us": round(per_call_us(lambda: codec.encode_frames(msg)), 2),
             "decode_us": round(per_call_us(lambda: codec.decode(header)), 2),
+            # The same two on the compiled path, which packs and builds plain messages itself
+            # (None: the mailbox runs on the Python transport).
+            **compiled_codec_us(msg, header),
             "mailbox_over_raw": round(rtt["mailbox"] / rtt["raw"], 2),
             "yield_when_idle": YIELD,
             "transport": type(t).__name__,  # the transport and mailbox rungs' (transports/choose.py)
@@ -274,6 +281,18 @@ def main() -> None:
         }
         print(json.dumps(line), flush=True)
     world.Barrier()
+
+
+def compiled_codec_us(msg, header: bytes) -> dict:
+    fast = compiled_transport()
+    if isinstance(fast, str) or os.environ.get("MPIRL_TRANSPORT", "auto").strip().lower() == "python":
+        return {"compiled_encode_us": None, "compiled_decode_us": None}
+    from transports import fast_transport
+
+    return {
+        "compiled_encode_us": round(per_call_us(lambda: fast_transport.encode_frames(msg)), 2),
+        "compiled_decode_us": round(per_call_us(lambda: fast_transport.decode(header)), 2),
+    }
 
 
 if __name__ == "__main__":

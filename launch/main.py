@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     if world.Get_rank() == 0:
         from launch.job import prepare_controller
         from launch.resume import find_resume, fresh_start_notice
+        from transports.choose import transport_notice
         from roles.observe.backends import BackendError
 
         try:
@@ -66,6 +67,8 @@ def main(argv: list[str] | None = None) -> None:
             if len(set(hosts)) > 1:
                 print(f"mpirl: nodes {config.placement(cfg, hosts)}", flush=True)
             print(f"mpirl: {preflight.data.describe(cfg.task.name)}", flush=True)
+            if notice := transport_notice():
+                print(f"mpirl: {notice}", file=sys.stderr, flush=True)
             if resume is not None:
                 print(f"mpirl: resuming from {resume.path} ({resume.steps_done} steps done)", flush=True)
             elif notice := fresh_start_notice(cfg, resume):

@@ -128,3 +128,13 @@ def test_the_build_record_names_the_mpi_and_the_source(tmp_path):
     assert info["mpi"] == MPI.get_vendor()[0]
     assert os.access(info["mpicc"], os.X_OK)
     assert len(info["source"]) == 16
+
+
+def test_a_job_says_when_it_runs_on_the_python_transport_unasked(build_info, monkeypatch):
+    monkeypatch.delenv(choose.ENV, raising=False)
+    assert choose.transport_notice() == (
+        "note: the mailboxes use the Python transport (slower per message): "
+        "the compiled one is not built (python -m transports.build)"
+    )
+    monkeypatch.setenv(choose.ENV, "python")  # asked for: nothing to say
+    assert choose.transport_notice() is None

@@ -72,3 +72,14 @@ def transport_class():
             raise TransportUnavailable(f"{ENV}=compiled, but the compiled transport is {found}")
         return MPITransport
     return found
+
+
+def transport_notice() -> str | None:
+    """A line for the job's log when its mailboxes will run on the Python transport unasked
+    (the compiled one not built, or built for another MPI); None otherwise."""
+    if os.environ.get(ENV, "auto").strip().lower() != "auto":
+        return None
+    found = compiled_transport()
+    if not isinstance(found, str):
+        return None
+    return f"note: the mailboxes use the Python transport (slower per message): the compiled one is {found}"
