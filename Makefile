@@ -89,4 +89,4 @@ bench: venv
 	$(PY) bench/scale.py
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) runs transports/fast_transport.*.so transports/fast_transport.json

@@ -57,8 +57,8 @@ def main(argv: list[str] | None = None) -> None:
     if world.Get_rank() == 0:
         from launch.job import prepare_controller
         from launch.resume import find_resume, fresh_start_notice
-        from transports.choose import transport_notice
         from roles.observe.backends import BackendError
+        from transports.choose import transport_notice
 
         try:
             resume = find_resume(cfg)

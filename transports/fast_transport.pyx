@@ -172,13 +172,15 @@ cdef class FastTransport:
             self._slot_mem[i] = <char*>malloc(_SLOT_BYTES)
             if not self._slot_mem[i]:
                 raise MemoryError()
+        # From here on the slots' memory may be MPI's: should a call fail part-way, it is left
+        # allocated (__dealloc__ frees it only after close()).
+        self.closed = False
         for i in range(_SLOTS):
             _check(MPI_Recv_init(self._slot_mem[i], <int>_SLOT_BYTES, MPI_BYTE, MPI_ANY_SOURCE, _HEADER_TAG,
                                  self._comm, &self._slots[i]))
         for i in range(_SLOTS):
             _check(MPI_Start(&self._slots[i]))
         self._head = 0
-        self.closed = False
         self.bytes_sent = 0
         self.bytes_received = 0
         self.messages_sent = 0
