@@ -435,6 +435,7 @@ _EXT_HOOK_NO_FRAMES = _ext_hook_for([])  # most messages: no closure to build pe
 # unpackb's keyword parsing). That is on every message's path: the receiver of a stream of small
 # messages spends most of its time decoding (bench/mailbox.py's small-message rate). Encoding
 # stays with msgpack's Packer, which packs a message's map as fast.
+# transports/fast_transport.pyx reads plain messages' maps with it too.
 _decode_body = msgspec.msgpack.Decoder(ext_hook=_EXT_HOOK_NO_FRAMES).decode
 
 

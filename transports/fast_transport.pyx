@@ -507,7 +507,7 @@ cdef object _decode = _codec.decode
 cdef object _message_from_map = _codec.message_from_map
 cdef object _decode_body = _codec._decode_body  # the codec's map reader (msgspec, its ext hook)
 cdef object _plain_spec = _codec.plain_message_spec
-cdef dict _REGISTRY = _codec._REGISTRY
+cdef object _registered_types = _codec.registered_types
 cdef object _VERSION = _codec.SCHEMA_VERSION
 cdef object _object_new = object.__new__
 # Only the scalars of plain_message_spec reach it: msgspec packs them as msgpack's Packer does
@@ -549,7 +549,7 @@ cdef _Plain _plain_for_name(str name):
         return _BY_NAME[name]
     except KeyError:
         pass
-    cls = _REGISTRY.get(name)
+    cls = _registered_types().get(name)  # a copy, but once per name: what is found is cached
     if cls is None:  # not (yet) a message type: never cached, the codec names the problem
         return None
     spec = _plain_for_class(cls)
