@@ -76,6 +76,14 @@ cdef inline uint32_t _word(const char* p) noexcept:
     return b[0] | (<uint32_t>b[1] << 8) | (<uint32_t>b[2] << 16) | (<uint32_t>b[3] << 24)
 
 
+cdef void* _resized(void* block, size_t nbytes) except NULL:
+    """``realloc``, raising MemoryError where it fails (``block`` then stays as it was)."""
+    cdef void* grown = realloc(block, nbytes)
+    if grown == NULL:
+        raise MemoryError()
+    return grown
+
+
 cdef inline bytes _u32(uint32_t n):
     return n.to_bytes(4, "little")
 
@@ -258,23 +266,10 @@ cdef class FastTransport:
 
     cdef _grow(self):
         cdef Py_ssize_t cap = self._cap * 2
-        cdef void* p
-        p = realloc(self._req, cap * sizeof(MPI_Request))
-        if not p:
-            raise MemoryError()
-        self._req = <MPI_Request*>p
-        p = realloc(self._size, cap * sizeof(Py_ssize_t))
-        if not p:
-            raise MemoryError()
-        self._size = <Py_ssize_t*>p
-        p = realloc(self._dest, cap * sizeof(int))
-        if not p:
-            raise MemoryError()
-        self._dest = <int*>p
-        p = realloc(self._seq, cap * sizeof(uint64_t))
-        if not p:
-            raise MemoryError()
-        self._seq = <uint64_t*>p
+        self._req = <MPI_Request*>_resized(self._req, cap * sizeof(MPI_Request))
+        self._size = <Py_ssize_t*>_resized(self._size, cap * sizeof(Py_ssize_t))
+        self._dest = <int*>_resized(self._dest, cap * sizeof(int))
+        self._seq = <uint64_t*>_resized(self._seq, cap * sizeof(uint64_t))
         self._cap = cap
 
     cdef _wait_for_room(self, Py_ssize_t size):
