@@ -218,3 +218,34 @@ def test_decode_many_keeps_each_outcome_in_place():
 def test_a_float_field_keeps_an_int_as_the_codec_does():
     msg = fast.decode(fast.encode_frames(Scalars(1, 2, "s", b"b", True))[0])
     assert type(msg.ratio) is int and msg.ratio == 2
+
+
+@codec.message(name="FastCodecPair")
+class Pair:
+    seq: int
+    data: bytes
+
+
+@pytest.mark.parametrize(
+    ("entries", "valid"),
+    [
+        ([("seq", 1), ("seq", 2)], False),  # a field twice, the other missing: the count still fits
+        ([("seq", 1), ("type", "FastCodecPair")], False),  # "type" again in place of a field
+        ([("data", b"x"), ("seq", 1), ("seq", 2)], True),  # a field twice, none missing: the last wins
+        ([("seq", True), ("data", b"x")], False),  # a bool for an int
+        ([("seq", 1), ("data", "x")], False),  # a str for bytes
+        ([("seq", 1), ("data", b"x")], True),  # right, in the codec's order
+        ([("data", b"x"), ("seq", 2**64 - 1)], True),  # right, in another order, the largest int
+    ],
+)
+def test_hand_packed_maps_with_repeated_or_wrong_fields_decode_alike(entries, valid):
+    """Maps msgpack.packb cannot make from a dict: keys repeated after the codec's prefix."""
+    spec = codec.plain_message_spec(Pair)
+    body = b"".join(msgpack.packb(k) + msgpack.packb(v, use_bin_type=True) for k, v in entries)
+    data = bytes([0x80 | (2 + len(entries))]) + spec[1][1:] + body  # the prefix with this entry count
+    assert_same_decoding(data)
+    if valid:
+        assert fast.decode(data) == Pair(**dict(entries))
+    else:
+        with pytest.raises(CodecError):
+            fast.decode(data)

@@ -20,7 +20,7 @@ from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.buffer cimport PyBUF_SIMPLE, PyObject_GetBuffer, PyBuffer_Release
 from libc.stdint cimport uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 from mpi4py cimport MPI
 from mpi4py.libmpi cimport (
     MPI_ANY_SOURCE, MPI_BYTE, MPI_Cancel, MPI_Comm, MPI_Get_count, MPI_Issend, MPI_Isend,
@@ -30,8 +30,10 @@ from mpi4py.libmpi cimport (
 
 import collections
 import time
+from typing import Union
 
 import msgspec
+import msgspec.structs
 from mpi4py import MPI as _MPI
 
 from transports import codec as _codec
@@ -508,6 +510,7 @@ cdef object _object_new = object.__new__
 # Only the scalars of plain_message_spec reach it: msgspec packs them as msgpack's Packer does
 # (the smallest int, float64, str and bin types), at half its cost per call.
 cdef object _pack_map = msgspec.msgpack.Encoder().encode
+cdef object _astuple = msgspec.structs.astuple
 
 
 cdef class _Plain:
@@ -517,6 +520,23 @@ cdef class _Plain:
     cdef tuple allowed  # per field, a frozenset of the exact types it takes
     cdef object cls
     cdef Py_ssize_t n
+    # msgspec's decoder of the fields into a struct that mirrors the class (each field typed
+    # as the union of exactly what it allows), or None where msgspec cannot express that.
+    cdef object read_fields
+
+
+def _fields_reader(tuple names, tuple allowed):
+    """``decode(bytes) -> struct`` for a map holding ``names`` (and "type" and "v", which it
+    skips), each value of exactly one of its ``allowed`` types, or None if msgspec cannot
+    check that. msgspec's checks are exact where they matter here: an int field refuses a
+    bool, ``int | float`` keeps an int an int (a bare ``float`` would not), bytes refuses str."""
+    if "type" in names or "v" in names:
+        return None
+    try:
+        fields = [(n, Union[tuple(None if t is type(None) else t for t in a)]) for n, a in zip(names, allowed)]
+        return msgspec.msgpack.Decoder(msgspec.defstruct("PlainFields", fields)).decode
+    except Exception:  # noqa - a name or a union msgspec refuses: the map path decides
+        return None
 
 
 cdef dict _BY_CLASS = {}  # message class -> _Plain, or None if not plain
@@ -535,6 +555,7 @@ cdef _Plain _plain_for_class(cls):
         _, spec.prefix, spec.skip, spec.names, spec.allowed = got
         spec.cls = cls
         spec.n = len(spec.names)
+        spec.read_fields = _fields_reader(spec.names, spec.allowed)
     _BY_CLASS[cls] = spec
     return spec
 
@@ -549,6 +570,55 @@ cdef _Plain _plain_for_name(str name):
         return None
     spec = _plain_for_class(cls)
     _BY_NAME[name] = spec
+    return spec
+
+
+cdef dict _BY_WIRE_NAME = {}  # a registered class's wire name, UTF-8 -> _Plain, or None
+
+
+cdef _Plain _plain_for_bytes(bytes data):
+    """The plain class whose exact prefix ``data`` starts with (map header, "type", its name,
+    "v", this version: what encode_frames writes), or None. Read from the bytes, before any
+    decoding, so that a plain message is decoded once, straight into its fields."""
+    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(data)
+    cdef Py_ssize_t size = len(data), at, length
+    cdef _Plain spec
+    if size < 1:
+        return None
+    if 0x80 <= p[0] <= 0x8F:  # fixmap
+        at = 1
+    elif p[0] == 0xDE:  # map16
+        at = 3
+    else:
+        return None
+    if size < at + 6 or memcmp(p + at, b"\xa4type", 5) != 0:
+        return None
+    at += 5
+    if 0xA0 <= p[at] <= 0xBF:  # fixstr
+        length = p[at] & 0x1F
+        at += 1
+    elif p[at] == 0xD9 and size > at + 1:  # str8
+        length = p[at + 1]
+        at += 2
+    else:
+        return None
+    if size < at + length:
+        return None
+    key = PyBytes_FromStringAndSize(<const char*>p + at, length)
+    try:
+        spec = _BY_WIRE_NAME[key]
+    except KeyError:
+        try:
+            name = key.decode()
+        except UnicodeDecodeError:
+            return None
+        if name not in _registered_types():  # never cached: garbage must not grow the cache
+            return None
+        spec = _BY_WIRE_NAME[key] = _plain_for_name(name)
+    if spec is None or spec.read_fields is None:
+        return None
+    if size < len(spec.prefix) or memcmp(p, PyBytes_AS_STRING(spec.prefix), len(spec.prefix)) != 0:
+        return None
     return spec
 
 
@@ -589,6 +659,21 @@ cpdef object decode(data, buffers=()):
     cdef Py_ssize_t i
     if buffers:
         return _decode(data, buffers)
+    if type(data) is bytes:
+        spec = _plain_for_bytes(<bytes>data)
+        if spec is not None:
+            # The prefix fixed the field count (n + 2), the type and the version; the reader
+            # checks each field's presence and exact type. A map that fails (a field missing,
+            # or of another type) goes the codec's way below, which names the problem.
+            try:
+                values = _astuple(spec.read_fields(data))
+            except Exception:  # noqa - msgspec's ValidationError or DecodeError
+                values = None
+            if values is not None:
+                msg = _object_new(spec.cls)
+                for i in range(spec.n):
+                    setattr(msg, spec.names[i], values[i])
+                return msg
     try:
         body = _decode_body(data)
     except Exception:  # the codec reads the bytes again and raises the CodecError naming why
