@@ -288,3 +288,15 @@ def test_advice_without_prompts_per_step_divides_the_default(tmp_path, capsys):
     code, out, err = run_cli(["advise", run, "--ranks", "5"], capsys)
     assert code == 0, err
     assert "advised split   generator 1, reward 2, trainer 2 (of 5 compute ranks)" in out, out
+
+
+@pytest.mark.parametrize(("steps", "cell"), [(1, "0.5 s (the only step, with start-up)"), (3, "0.5 s |")])
+def test_a_one_step_runs_mean_step_time_says_it_holds_start_up(tmp_path, capsys, steps, cell):
+    # Was: "mean step time (the first, with start-up, left out)" over a figure that, with
+    # one step, was that first step: start-up included, against its own label.
+    run = make_run(tmp_path / "run", steps=steps)
+    code, out, err = run_cli(["report", run], capsys)
+    assert code == 0, err
+    (line,) = [x for x in (run / "report" / "report.md").read_text().splitlines() if "mean step time" in x]
+    assert cell in line
+    assert ("the only step" in line) == (steps == 1)

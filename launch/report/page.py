@@ -98,6 +98,11 @@ def results_rows(runs: list[Run]) -> list[list[str]]:
         _, rewards = series(run.metrics, "reward_mean")
         return fmt(mean(rewards[:10] if part == "first" else rewards[-10:]))
 
+    def mean_step_cell(run):
+        cell = duration(mean_or_none(mean_step_s(run)))
+        # One step: nothing to leave out, so the figure holds the start-up the label excludes.
+        return cell + " (the only step, with start-up)" if len(series(run.metrics, "step_s")[1]) == 1 else cell
+
     def tokens_per_s(run):
         tokens, times = sum(series(run.metrics, "tokens")[1]), sum(series(run.metrics, "step_s")[1])
         return fmt(tokens / times) if times > 0 else "—"
@@ -107,7 +112,7 @@ def results_rows(runs: list[Run]) -> list[list[str]]:
         row("steps logged", lambda r: f"{r.steps}" + (f" of {r.configured_steps}" if r.configured_steps else "")),
         row("wall-clock", wall_clock),
         row("tokens trained", lambda r: fmt(sum(series(r.metrics, "tokens")[1]))),
-        row("mean step time (the first, with start-up, left out)", lambda r: duration(mean_or_none(mean_step_s(r)))),
+        row("mean step time (the first, with start-up, left out)", mean_step_cell),
         row("tokens / s of step time", tokens_per_s),
         row("train reward, first 10 steps", lambda r: reward(r, "first")),
         row("train reward, last 10 steps", lambda r: reward(r, "last")),
