@@ -448,3 +448,19 @@ def test_a_key_written_twice_is_refused_naming_both_lines(tmp_path, text, key, l
 def test_a_merge_may_still_be_overridden():
     data = config.load_yaml("base: &b {lr: 1.0e-5, rho: 4.0}\nalgorithm:\n  <<: *b\n  rho: 2.0\n")
     assert data["algorithm"] == {"lr": 1e-5, "rho": 2.0}
+
+
+def test_kv_cache_gib_is_a_vllm_option_and_reaches_the_engine(base_config, monkeypatch):
+    text = error_of(mutate(base_config, "world.generator", {"ranks": 1, "kv_cache_gib": 4}))
+    assert "world.generator" in text and "kv_cache_gib (4.0) applies to engine: vllm only" in text, text
+    text = error_of(mutate(base_config, "world.generator", {"ranks": 1, "engine": "vllm", "kv_cache_gib": 0}))
+    assert "world.generator.kv_cache_gib" in text, text
+    from roles.engines import vllm_engine
+
+    seen = []
+    monkeypatch.setattr(vllm_engine.VllmEngine, "__init__", lambda self, config: seen.append(config))
+    for gib in (None, 2.5):
+        generator = {"ranks": 1, "engine": "vllm", "kv_cache_gib": gib}
+        cfg = config.parse(mutate(base_config, "world.generator", generator))
+        vllm_engine.VllmEngine.from_config(cfg.world.generator, cfg.model, max_seqs=1)
+        assert seen[-1].kv_cache_gib == gib

@@ -38,6 +38,9 @@ class EngineConfig(Section):
     quantization: Literal["int8", "fp8"] | None = None
     tensor_parallel: int = Field(1, gt=0)  # devices one vLLM engine spans (GPU only)
     gpu_memory_utilization: float = Field(0.5, gt=0, le=1)  # vLLM's share of device memory
+    # vLLM's KV cache per engine, in GiB, instead of what gpu_memory_utilization leaves on a
+    # GPU (the default there); on CPU the default is 1 GiB (VLLM_CPU_KVCACHE_SPACE overrides).
+    kv_cache_gib: float | None = Field(None, gt=0)
     # vLLM: torch.compile the model (and CUDA graphs on GPUs). None = on GPUs, off on CPU, where
     # compiling costs about a minute at start-up (docs/log.md has the figures).
     compile: bool | None = None
@@ -58,6 +61,11 @@ class EngineConfig(Section):
             )
         if self.quantization == "fp8" and self.engine != "vllm":
             raise ValueError("quantization 'fp8' is vLLM's (engine: vllm, on CUDA GPUs); the torch engine's is 'int8'")
+        if self.engine != "vllm" and self.kv_cache_gib is not None:
+            raise ValueError(
+                f"kv_cache_gib ({self.kv_cache_gib}) applies to engine: vllm only; the torch engine "
+                "sizes its cache from each batch"
+            )
         if self.engine != "vllm" and self.tensor_parallel != 1:
             raise ValueError(
                 f"tensor_parallel ({self.tensor_parallel}) applies to engine: vllm only; the torch "

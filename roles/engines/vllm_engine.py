@@ -102,6 +102,7 @@ class VllmEngine:
                 quantization=engine.quantization,
                 tensor_parallel=engine.tensor_parallel,
                 gpu_memory_utilization=engine.gpu_memory_utilization,
+                kv_cache_gib=engine.kv_cache_gib,
                 max_num_seqs=max(max_seqs, 1),
                 compile=engine.compile,
                 seed=seed,
