@@ -385,7 +385,11 @@ MAX_VALUES = 100_000
 
 def load(path: str | Path) -> RoleMap:
     path = Path(path)
-    if not path.is_file():
+    try:
+        found = path.is_file()
+    except OSError as e:  # a name too long: said, not a traceback
+        raise ConfigError(f"cannot look for a role-map file at {str(path)[:120]!r}: {e.strerror or e}") from None
+    if not found:
         raise ConfigError(f"no role-map file at {str(path)!r}")
     return parse(read_yaml_file(path), str(path))
 

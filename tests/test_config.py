@@ -464,3 +464,21 @@ def test_kv_cache_gib_is_a_vllm_option_and_reaches_the_engine(base_config, monke
         cfg = config.parse(mutate(base_config, "world.generator", generator))
         vllm_engine.VllmEngine.from_config(cfg.world.generator, cfg.model, max_seqs=1)
         assert seen[-1].kv_cache_gib == gib
+
+
+@pytest.mark.parametrize("dotted", ["model.path", "task.train_files"])
+def test_a_path_too_long_to_look_at_is_refused_naming_its_field(base_config, dotted):
+    # Was: OSError "File name too long" out of Path.is_dir / Path.exists (found by fuzzing):
+    # Python's path tests swallow "no such file", not ENAMETOOLONG.
+    long = "a" * 5000
+    if dotted == "model.path":
+        text = error_of(mutate(base_config, dotted, long))
+    else:
+        text = error_of(mutate(base_config, "task", {"name": "gsm8k", "train_files": [long]}))
+    assert dotted in text and "File name too long" in text, text
+    assert len(text) < 1000, "the path is shortened in the message"
+
+
+def test_a_role_map_path_too_long_is_a_config_error():
+    with pytest.raises(config.ConfigError, match="cannot look for a role-map file.*File name too long"):
+        config.load("r" * 5000 + ".yaml")

@@ -148,6 +148,11 @@ def config_int(data: Mapping, name: str) -> int | None:
 # ------------------------------------------------------------------- model: section
 
 
+def _shortened(path: str, keep: int = 120) -> str:
+    """``path`` for an error message: a path of thousands of characters is cut in the middle."""
+    return path if len(path) <= keep else f"{path[: keep // 2]}...{path[-keep // 2 :]}"
+
+
 class ModelConfig(Section):
     path: str  # folder with a Hugging Face causal LM (config, safetensors, tokenizer)
     dtype: Dtype = "float32"  # the policy's parameter dtype (trainers and generators)
@@ -156,10 +161,13 @@ class ModelConfig(Section):
     @classmethod
     def _exists(cls, v: str) -> str:
         p = Path(v)
-        if not p.is_dir():
-            raise ValueError(f"no model folder at {v!r} (resolved to {p.resolve()})")
-        if not (p / "config.json").is_file():
-            raise ValueError(f"{v!r} has no config.json: not a Hugging Face model folder")
+        try:
+            if not p.is_dir():
+                raise ValueError(f"no model folder at {v!r} (resolved to {p.resolve()})")
+            if not (p / "config.json").is_file():
+                raise ValueError(f"{v!r} has no config.json: not a Hugging Face model folder")
+        except OSError as e:  # a name too long, a folder we may not enter: said, not a traceback
+            raise ValueError(f"cannot look at {_shortened(v)!r}: {e.strerror or e}") from None
         return v
 
     def context_length(self) -> int | None:

@@ -62,6 +62,13 @@ def check_path(path: str | Path, field: str | None = None) -> Kind:
     config validators leave it out because pydantic already places the error.
     """
     p = Path(path)
+    try:
+        p.stat()
+    except FileNotFoundError:
+        pass
+    except OSError as e:  # a name too long, a folder we may not enter: said, not a traceback
+        shown = str(path) if len(str(path)) <= 120 else f"{str(path)[:60]}...{str(path)[-60:]}"
+        raise TaskDataError(_name(field, shown, f"cannot look at it: {e.strerror or e}")) from None
     if not p.exists():
         where = "" if p.is_absolute() else f" (resolved to {p.resolve()})"
         # Paths are never shell-expanded: say so, rather than leave "~" or "*" a mystery.
