@@ -24,7 +24,7 @@ from roles.config.rollout import RolloutConfig
 from roles.config.trainer import TrainerConfig
 from roles.engines.base import EngineConfig
 from roles.models import ModelConfig
-from roles.section import Section
+from roles.section import Section, shortened_path
 from roles.tasks import task_section
 from roles.weights import WeightsConfig
 
@@ -388,7 +388,7 @@ def load(path: str | Path) -> RoleMap:
     try:
         found = path.is_file()
     except OSError as e:  # a name too long: said, not a traceback
-        raise ConfigError(f"cannot look for a role-map file at {str(path)[:120]!r}: {e.strerror or e}") from None
+        raise ConfigError(f"cannot look for a role-map file at {shortened_path(path)!r}: {e.strerror or e}") from None
     if not found:
         raise ConfigError(f"no role-map file at {str(path)!r}")
     return parse(read_yaml_file(path), str(path))

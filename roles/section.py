@@ -24,3 +24,9 @@ def field_error(loc: tuple, message: str, value) -> ValidationError:
     return ValidationError.from_exception_data(
         "Section", [{"type": "value_error", "loc": loc, "input": value, "ctx": {"error": ValueError(message)}}]
     )
+
+
+def shortened_path(path, keep: int = 120) -> str:
+    """``path`` for an error message: one of thousands of characters is cut in the middle."""
+    text = str(path)
+    return text if len(text) <= keep else f"{text[: keep // 2]}...{text[-keep // 2 :]}"

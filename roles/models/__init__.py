@@ -20,7 +20,7 @@ from pydantic import field_validator
 
 from roles.models import generic, llama, qwen2
 from roles.models.base import ModelSpec, layers_by_name
-from roles.section import Section
+from roles.section import Section, shortened_path
 
 if TYPE_CHECKING:
     import torch
@@ -148,11 +148,6 @@ def config_int(data: Mapping, name: str) -> int | None:
 # ------------------------------------------------------------------- model: section
 
 
-def _shortened(path: str, keep: int = 120) -> str:
-    """``path`` for an error message: a path of thousands of characters is cut in the middle."""
-    return path if len(path) <= keep else f"{path[: keep // 2]}...{path[-keep // 2 :]}"
-
-
 class ModelConfig(Section):
     path: str  # folder with a Hugging Face causal LM (config, safetensors, tokenizer)
     dtype: Dtype = "float32"  # the policy's parameter dtype (trainers and generators)
@@ -167,7 +162,7 @@ class ModelConfig(Section):
             if not (p / "config.json").is_file():
                 raise ValueError(f"{v!r} has no config.json: not a Hugging Face model folder")
         except OSError as e:  # a name too long, a folder we may not enter: said, not a traceback
-            raise ValueError(f"cannot look at {_shortened(v)!r}: {e.strerror or e}") from None
+            raise ValueError(f"cannot look at {shortened_path(v)!r}: {e.strerror or e}") from None
         return v
 
     def context_length(self) -> int | None:

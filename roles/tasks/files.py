@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from roles.section import shortened_path
 from roles.tasks.base import TaskDataError
 
 Kind = Literal["jsonl", "json", "parquet", "saved"]
@@ -67,8 +68,7 @@ def check_path(path: str | Path, field: str | None = None) -> Kind:
     except FileNotFoundError:
         pass
     except OSError as e:  # a name too long, a folder we may not enter: said, not a traceback
-        shown = str(path) if len(str(path)) <= 120 else f"{str(path)[:60]}...{str(path)[-60:]}"
-        raise TaskDataError(_name(field, shown, f"cannot look at it: {e.strerror or e}")) from None
+        raise TaskDataError(_name(field, shortened_path(path), f"cannot look at it: {e.strerror or e}")) from None
     if not p.exists():
         where = "" if p.is_absolute() else f" (resolved to {p.resolve()})"
         # Paths are never shell-expanded: say so, rather than leave "~" or "*" a mystery.
