@@ -435,7 +435,6 @@ _EXT_HOOK_NO_FRAMES = _ext_hook_for([])  # most messages: no closure to build pe
 # unpackb's keyword parsing). That is on every message's path: the receiver of a stream of small
 # messages spends most of its time decoding (bench/mailbox.py's small-message rate). Encoding
 # stays with msgpack's Packer, which packs a message's map as fast.
-# transports/fast_transport.pyx reads plain messages' maps with it too.
 _decode_body = msgspec.msgpack.Decoder(ext_hook=_EXT_HOOK_NO_FRAMES).decode
 
 
@@ -451,11 +450,6 @@ def decode(data, frames=()) -> Any:
         raise
     except _UNPACK_ERRORS as e:
         raise _bad_bytes(e) from None
-    return message_from_map(body)
-
-
-def message_from_map(body) -> Any:
-    """The message a decoded msgpack map holds (:func:`decode` after the bytes are read)."""
     try:
         build = _BUILDERS[body["type"]]
     except Exception:  # not a map, no or an odd type name, or a type not seen before

@@ -501,11 +501,8 @@ cdef class FastTransport:
 # round trip once the transport was compiled.
 cdef object _encode_frames = _codec.encode_frames
 cdef object _decode = _codec.decode
-cdef object _message_from_map = _codec.message_from_map
-cdef object _decode_body = _codec._decode_body  # the codec's map reader (msgspec, its ext hook)
 cdef object _plain_spec = _codec.plain_message_spec
 cdef object _registered_types = _codec.registered_types
-cdef object _VERSION = _codec.SCHEMA_VERSION
 cdef object _object_new = object.__new__
 # Only the scalars of plain_message_spec reach it: msgspec packs them as msgpack's Packer does
 # (the smallest int, float64, str and bin types), at half its cost per call.
@@ -540,7 +537,6 @@ def _fields_reader(tuple names, tuple allowed):
 
 
 cdef dict _BY_CLASS = {}  # message class -> _Plain, or None if not plain
-cdef dict _BY_NAME = {}  # wire name of a registered class -> _Plain, or None
 
 
 cdef _Plain _plain_for_class(cls):
@@ -557,19 +553,6 @@ cdef _Plain _plain_for_class(cls):
         spec.n = len(spec.names)
         spec.read_fields = _fields_reader(spec.names, spec.allowed)
     _BY_CLASS[cls] = spec
-    return spec
-
-
-cdef _Plain _plain_for_name(str name):
-    try:
-        return _BY_NAME[name]
-    except KeyError:
-        pass
-    cls = _registered_types().get(name)  # a copy, but once per name: what is found is cached
-    if cls is None:  # not (yet) a message type: never cached, the codec names the problem
-        return None
-    spec = _plain_for_class(cls)
-    _BY_NAME[name] = spec
     return spec
 
 
@@ -609,12 +592,12 @@ cdef _Plain _plain_for_bytes(bytes data):
         spec = _BY_WIRE_NAME[key]
     except KeyError:
         try:
-            name = key.decode()
+            cls = _registered_types().get(key.decode())  # a copy, but once per name
         except UnicodeDecodeError:
             return None
-        if name not in _registered_types():  # never cached: garbage must not grow the cache
+        if cls is None:  # not (yet) a message type: never cached, garbage must not grow it
             return None
-        spec = _BY_WIRE_NAME[key] = _plain_for_name(name)
+        spec = _BY_WIRE_NAME[key] = _plain_for_class(cls)
     if spec is None or spec.read_fields is None:
         return None
     if size < len(spec.prefix) or memcmp(p, PyBytes_AS_STRING(spec.prefix), len(spec.prefix)) != 0:
@@ -654,47 +637,27 @@ cpdef list encode_frames(msg):
 
 
 cpdef object decode(data, buffers=()):
-    """:func:`transports.codec.decode`, the same messages and errors, plain ones built here."""
+    """:func:`transports.codec.decode`, the same messages and errors, plain ones read here."""
     cdef _Plain spec
     cdef Py_ssize_t i
-    if buffers:
-        return _decode(data, buffers)
-    if type(data) is bytes:
+    if not buffers and type(data) is bytes:
         spec = _plain_for_bytes(<bytes>data)
         if spec is not None:
             # The prefix fixed the field count (n + 2), the type and the version; the reader
             # checks each field's presence and exact type. A map that fails (a field missing,
-            # or of another type) goes the codec's way below, which names the problem.
+            # or of another type) goes to the codec, which names the problem.
             try:
                 values = _astuple(spec.read_fields(data))
             except Exception:  # noqa - msgspec's ValidationError or DecodeError
                 values = None
             if values is not None:
+                # What the codec's builder does for a plain class: the instance without
+                # __init__, then each field set in order.
                 msg = _object_new(spec.cls)
                 for i in range(spec.n):
                     setattr(msg, spec.names[i], values[i])
                 return msg
-    try:
-        body = _decode_body(data)
-    except Exception:  # the codec reads the bytes again and raises the CodecError naming why
-        return _decode(data)
-    if type(body) is not dict:
-        return _message_from_map(body)
-    name = (<dict>body).get("type")
-    spec = _plain_for_name(name) if type(name) is str else None
-    if (
-        spec is None
-        or len(<dict>body) != spec.n + 2
-        or (<dict>body).get("v") != _VERSION
-        or not _fields_fit(spec, <dict>body)
-    ):
-        return _message_from_map(body)  # the codec's builders decide, and name any problem
-    # What the codec's builder does for a plain class: the instance without __init__, then
-    # each field set in order.
-    msg = _object_new(spec.cls)
-    for i in range(spec.n):
-        setattr(msg, spec.names[i], (<dict>body)[spec.names[i]])
-    return msg
+    return _decode(data, buffers)
 
 
 cpdef list decode_many(datas):
