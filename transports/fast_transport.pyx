@@ -5,8 +5,8 @@
 small message is batched and what blocks. This class does exactly that, with the per-message
 path (send a header message, poll a slot, retire completed sends) in C calls to MPI on C
 arrays instead of Python objects: a round trip of the mailbox spends most of its time in that
-Python bookkeeping, not in MPI (bench/mailbox_parts.py). Rare paths (buffers, large headers,
-close) stay close to the Python original, through mpi4py.
+Python bookkeeping, not in MPI (bench/mailbox_parts.py). Large frames are received in C into a
+pool of its own (``ReceiveBuffers``); the rare paths (close) stay close to the Python original.
 
 Built by ``python -m transports.build`` (``make venv`` runs it) against the mpi.h of the MPI
 that mpi4py loads; transports/choose.py uses it only when that MPI is the one it was built
@@ -17,13 +17,14 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport PyObject
 from cpython.bytearray cimport PyByteArray_AS_STRING
-from cpython.buffer cimport PyBUF_SIMPLE, PyObject_GetBuffer, PyBuffer_Release
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_FillInfo, PyObject_GetBuffer, PyBuffer_Release
 from libc.stdint cimport uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcmp, memcpy
 from mpi4py cimport MPI
 from mpi4py.libmpi cimport (
-    MPI_ANY_SOURCE, MPI_BYTE, MPI_Cancel, MPI_Comm, MPI_Get_count, MPI_Issend, MPI_Isend,
+    MPI_ANY_SOURCE, MPI_BYTE, MPI_Cancel, MPI_Comm, MPI_Get_count, MPI_Issend, MPI_Isend, MPI_Message, MPI_Mprobe,
+    MPI_Mrecv,
     MPI_Recv_init, MPI_Request, MPI_Request_free, MPI_Request_get_status, MPI_REQUEST_NULL,
     MPI_Start, MPI_STATUS_IGNORE, MPI_Status, MPI_SUCCESS, MPI_Test, MPI_Test_cancelled, MPI_Wait,
 )
@@ -34,11 +35,12 @@ from typing import Union
 
 import msgspec
 import msgspec.structs
+import numpy as np
 from mpi4py import MPI as _MPI
 
 from transports import codec as _codec
 from transports.mpi_transport import (
-    BATCH, BUFFER_TAG, HEADER_TAG, LARGE, RECEIVE_SLOTS, SLOT_BYTES, Received, _ReceiveBuffers, _nbytes,
+    BATCH, BUFFER_TAG, HEADER_TAG, LARGE, RECEIVE_SLOTS, SLOT_BYTES, Received, _nbytes,
 )
 
 cdef object _tuple_new = tuple.__new__
@@ -90,6 +92,104 @@ cdef inline bytes _u32(uint32_t n):
     return n.to_bytes(4, "little")
 
 
+
+# ------------------------------------------------------------------ receive buffers
+
+cdef class _Block:
+    """Memory for one large frame: a numpy array (numpy asks the kernel for huge pages on big
+    allocations, as the raw receiver's buffer gets) and its address."""
+    cdef object owner
+    cdef char* ptr
+    cdef Py_ssize_t nbytes
+
+    def __cinit__(self, Py_ssize_t nbytes):
+        cdef Py_buffer buf
+        self.owner = np.empty(nbytes, dtype=np.uint8)
+        PyObject_GetBuffer(self.owner, &buf, PyBUF_WRITABLE)
+        self.ptr = <char*>buf.buf
+        PyBuffer_Release(&buf)  # the array keeps the memory
+        self.nbytes = nbytes
+
+
+cdef class ReceiveBuffer:
+    """A pooled receive buffer lent to the application: a writable buffer (``len``, the
+    buffer protocol; ``np.frombuffer`` views it) whose memory goes back to its pool once the
+    last reference is gone, views included (a view holds a reference to it).
+
+    ``_ReceiveBuffers`` of transports/mpi_transport.py does the same with a weakref finalizer
+    and an ``np.asarray`` per loan: that cost 9 µs with warm caches and 140 µs right after a
+    64 MiB receive had swept them, on the path of every large message (bench/mailbox.py)."""
+    cdef _Block block
+    cdef ReceiveBuffers pool
+
+    def __getbuffer__(self, Py_buffer* view, int flags):
+        PyBuffer_FillInfo(view, self, self.block.ptr, self.block.nbytes, 0, flags)
+
+    def __releasebuffer__(self, Py_buffer* view):
+        pass
+
+    def __len__(self):
+        return self.block.nbytes
+
+    @property
+    def nbytes(self):
+        return self.block.nbytes
+
+    def __dealloc__(self):
+        if self.pool is not None and self.block is not None:
+            self.pool._give_back(self.block)
+
+
+cdef class ReceiveBuffers:
+    """The compiled transport's pool of large receive buffers; the rules of
+    ``_ReceiveBuffers`` (transports/mpi_transport.py): frames of at least ``min_bytes`` only,
+    reuse by exact size, at most ``max_free_bytes`` waiting, none still in use among them.
+    No lock: the GIL is held throughout, and nothing here can run Python code mid-way."""
+    cdef readonly Py_ssize_t min_bytes
+    cdef readonly Py_ssize_t max_free_bytes
+    cdef readonly Py_ssize_t free_bytes
+    cdef dict _free  # nbytes -> list of _Block
+
+    def __init__(self, Py_ssize_t min_bytes=1 << 20, Py_ssize_t max_free_bytes=256 << 20):
+        self.min_bytes = min_bytes
+        self.max_free_bytes = max_free_bytes
+        self.free_bytes = 0
+        self._free = {}
+
+    def take(self, Py_ssize_t nbytes):
+        """A writable buffer of ``nbytes`` (uninitialised), the caller's until it drops every view."""
+        return self._take(nbytes)
+
+    cdef object _take(self, Py_ssize_t nbytes):
+        if nbytes < self.min_bytes:
+            return bytearray(nbytes)
+        cdef ReceiveBuffer lease = ReceiveBuffer.__new__(ReceiveBuffer)
+        cdef list stack = self._free.get(nbytes)
+        if stack:
+            lease.block = stack.pop()
+            self.free_bytes -= nbytes
+        else:
+            lease.block = _Block(nbytes)
+        lease.pool = self
+        return lease
+
+    cdef _give_back(self, _Block block):
+        if self.free_bytes + block.nbytes > self.max_free_bytes:
+            return
+        stack = self._free.get(block.nbytes)
+        if stack is None:
+            stack = self._free[block.nbytes] = []
+        stack.append(block)
+        self.free_bytes += block.nbytes
+
+
+cdef inline char* _writable_address(object buf):
+    """The memory of a bytearray or a ReceiveBuffer."""
+    if type(buf) is bytearray:
+        return PyByteArray_AS_STRING(buf)
+    return (<ReceiveBuffer>buf).block.ptr
+
+
 cdef class FastTransport:
     """Drop-in for :class:`transports.mpi_transport.MPITransport` (same constructor, methods, counters)."""
 
@@ -98,7 +198,7 @@ cdef class FastTransport:
     cdef public Py_ssize_t max_inflight_bytes
     cdef readonly Py_ssize_t batch_bytes
     cdef readonly Py_ssize_t batch_entry_bytes
-    cdef object _buffers
+    cdef ReceiveBuffers _buffers
     # Sends not yet completed: parallel arrays (request, bytes, destination, header sequence
     # number or 0 for a buffer) and, in ``_keep``, what each send's memory belongs to.
     cdef MPI_Request* _req
@@ -154,7 +254,7 @@ cdef class FastTransport:
         self.max_inflight_bytes = max_inflight_bytes
         self.batch_bytes = batch_bytes
         self.batch_entry_bytes = batch_bytes // 4
-        self._buffers = _ReceiveBuffers(max_free_bytes=max_pooled_bytes)
+        self._buffers = ReceiveBuffers(max_free_bytes=max_pooled_bytes)
         self._cap = 64
         self._n = 0
         self._req = <MPI_Request*>malloc(self._cap * sizeof(MPI_Request))
@@ -464,12 +564,24 @@ cdef class FastTransport:
         return _tuple_new(Received, (source, [header], buffers))
 
     cdef object _take_buffer(self, int source, bint pooled):
-        """The next BUFFER_TAG message from ``source`` (its sender started it with the header)."""
-        status = _MPI.Status()
-        bmsg = self.comm.mprobe(source=source, tag=_BUFFER_TAG, status=status)
-        count = status.Get_count(_MPI.BYTE)
-        buf = self._buffers.take(count) if pooled else bytearray(count)
-        bmsg.Recv([buf, _MPI.BYTE])
+        """The next BUFFER_TAG message from ``source`` (its sender started it with the header).
+
+        In C: through mpi4py's objects this was 100+ µs right after a large receive had swept
+        the caches, ahead of the next large copy."""
+        cdef MPI_Message message
+        cdef MPI_Status status
+        cdef int count = 0, ierr
+        cdef char* mem
+        with nogil:  # blocking, as mpi4py's: other threads run meanwhile
+            ierr = MPI_Mprobe(source, _BUFFER_TAG, self._comm, &message, &status)
+        _check(ierr)
+        _check(MPI_Get_count(&status, MPI_BYTE, &count))
+        # Matched: only this call can receive it now (a MemoryError here would strand it).
+        buf = self._buffers._take(count) if pooled else bytearray(count)
+        mem = _writable_address(buf)
+        with nogil:
+            ierr = MPI_Mrecv(mem, count, MPI_BYTE, &message, MPI_STATUS_IGNORE)
+        _check(ierr)
         self.bytes_received += count
         return buf
 
