@@ -81,9 +81,10 @@ def main(argv: list[str] | None = None) -> None:
             traceback.print_exc()
             problem = (1, "preparing the data failed (traceback above)")
     else:
-        from launch.warm import warm_imports
+        from launch.warm import unused_optional_packages, warm_imports
 
-        warm_imports(role, cfg.world.generator.engine)  # while rank 0 prepares the data
+        # While rank 0 prepares the data.
+        warm_imports(role, cfg.world.generator.engine, hide=unused_optional_packages(cfg))
     tokenizer = (preflight.tokenizer_class, preflight.stop_ids) if preflight is not None else (None, ())
     wait_for_all(world)  # asleep, not spinning, while rank 0 prepares the data and the others import
     problem, resume, (tokenizer_class, stop_ids) = world.bcast((problem, resume, tokenizer), root=0)
