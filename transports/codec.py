@@ -17,6 +17,7 @@ import dataclasses
 import importlib
 import math
 import sys
+import threading
 import types
 import typing
 from typing import Any, Union
@@ -117,6 +118,18 @@ def _as_numpy(obj) -> tuple[np.ndarray, bool, str] | None:
     return None
 
 
+def _byte_view(arr: np.ndarray) -> memoryview:
+    """The bytes of a C-contiguous array, as a flat memoryview (no copy).
+
+    memoryview's own cast first: numpy's reshape and view cost ~25 us more than it right after
+    a large receive had swept the caches, on the path of every large message. numpy exports no
+    buffer for datetime arrays; those take numpy's way."""
+    try:
+        return memoryview(arr).cast("B")
+    except (TypeError, ValueError):
+        return memoryview(arr.reshape(-1).view(np.uint8))
+
+
 class _Encoder:
     """A msgpack Packer, its ``default`` hook, and the out-of-band buffers the hook set aside."""
 
@@ -139,7 +152,7 @@ class _Encoder:
             arr, is_torch, dtype_name = got
             header = _array_header(arr, is_torch, dtype_name)
             if self.out_of_band and arr.nbytes >= OOB_THRESHOLD_BYTES:
-                self.frames.append(memoryview(arr.reshape(-1).view(np.uint8)))
+                self.frames.append(_byte_view(arr))
                 header.append(len(self.frames) - 1)
                 return msgpack.ExtType(_EXT_ARRAY_OOB, msgpack.packb(header))
             key = (dtype_name, arr.shape, is_torch)
@@ -407,27 +420,29 @@ def _ragged_list(data) -> list:
     return out
 
 
-def _ext_hook_for(frames):
-    def ext_hook(code, data):
-        if code == _EXT_ARRAY:
-            return _inband_array(data)
-        if code == _EXT_RAGGED:
-            return _ragged_list(data)
-        if code == _EXT_ARRAY_OOB:
-            header = msgpack.unpackb(data, raw=False)
-            if not (isinstance(header, list) and len(header) == 4):
-                raise CodecError("out-of-band array reference is malformed")
-            index = header[3]
-            if not (isinstance(index, int) and 0 <= index < len(frames)):
-                raise CodecError(f"out-of-band array refers to buffer {index} but {len(frames)} came with it")
-            # Out-of-band frames were received into fresh buffers: no copy needed.
-            return _array_from(header[:3], frames[index], writable_copy=False)
-        raise CodecError(f"unknown msgpack extension code {code}")
-
-    return ext_hook
+# The out-of-band buffers of the message this thread is decoding (see decode). One decoder
+# serves every message: building a Decoder and a hook closure per message with buffers cost
+# 3 us warm and ~60 us right after a large receive had swept the caches (bench/mailbox.py).
+_decoding = threading.local()
 
 
-_EXT_HOOK_NO_FRAMES = _ext_hook_for([])  # most messages: no closure to build per message
+def _ext_hook(code, data):
+    if code == _EXT_ARRAY:
+        return _inband_array(data)
+    if code == _EXT_RAGGED:
+        return _ragged_list(data)
+    if code == _EXT_ARRAY_OOB:
+        frames = getattr(_decoding, "frames", ())
+        header = msgpack.unpackb(data, raw=False)
+        if not (isinstance(header, list) and len(header) == 4):
+            raise CodecError("out-of-band array reference is malformed")
+        index = header[3]
+        if not (isinstance(index, int) and 0 <= index < len(frames)):
+            raise CodecError(f"out-of-band array refers to buffer {index} but {len(frames)} came with it")
+        # Out-of-band frames were received into fresh buffers: no copy needed.
+        return _array_from(header[:3], frames[index], writable_copy=False)
+    raise CodecError(f"unknown msgpack extension code {code}")
+
 
 # Maps are read by msgspec's decoder, not msgpack's unpackb: the same bytes to the same values
 # (maps keyed by int too: they encode, so must decode; field names are checked to be strings in
@@ -435,17 +450,21 @@ _EXT_HOOK_NO_FRAMES = _ext_hook_for([])  # most messages: no closure to build pe
 # unpackb's keyword parsing). That is on every message's path: the receiver of a stream of small
 # messages spends most of its time decoding (bench/mailbox.py's small-message rate). Encoding
 # stays with msgpack's Packer, which packs a message's map as fast.
-_decode_body = msgspec.msgpack.Decoder(ext_hook=_EXT_HOOK_NO_FRAMES).decode
+_decode_body = msgspec.msgpack.Decoder(ext_hook=_ext_hook).decode
 
 
-def _decode_body_with(frames):
-    return msgspec.msgpack.Decoder(ext_hook=_ext_hook_for(list(frames))).decode
+def _decode_body_with(data, frames):
+    _decoding.frames = frames
+    try:
+        return _decode_body(data)
+    finally:
+        _decoding.frames = ()
 
 
 def decode(data, frames=()) -> Any:
     """Decode bytes (plus out-of-band buffers, if any) into a registered message instance."""
     try:
-        body = _decode_body_with(frames)(data) if frames else _decode_body(data)
+        body = _decode_body_with(data, frames) if frames else _decode_body(data)
     except CodecError:
         raise
     except _UNPACK_ERRORS as e:
