@@ -230,6 +230,20 @@ def test_frames_layout_small_inband_large_out_of_band():
     assert np.shares_memory(np.frombuffer(frames[1], np.uint8), large)
 
 
+@pytest.mark.parametrize(
+    "dtype",
+    ["<f4", ">f4", "complex64", "bool", "<M8[s]", "<m8[ns]"],  # datetimes: numpy exports no buffer for them
+)
+def test_an_out_of_band_array_is_its_bytes_in_order_for_any_dtype(dtype):
+    rows = codec.OOB_THRESHOLD_BYTES // np.dtype(dtype).itemsize // 4 + 1
+    a = np.arange(4 * rows).astype(dtype).reshape(4, rows)  # 2-d, at least the threshold
+    frames = codec.encode_frames(AnyMsg(a))
+    assert len(frames) == 2 and memoryview(frames[1]).nbytes == a.nbytes
+    assert bytes(memoryview(frames[1]).cast("B")) == a.tobytes()
+    got = codec.decode(*wire_frames(frames)).x
+    assert got.dtype == a.dtype and got.shape == a.shape and np.array_equal(got, a)
+
+
 @pytest.mark.parametrize("path", PATHS)
 def test_256_mib_array(path):
     n = 64 * 1024 * 1024  # 64 Mi float32 = 256 MiB
