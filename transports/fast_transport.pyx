@@ -122,18 +122,23 @@ cdef class ReceiveBuffer:
     cdef _Block block
     cdef ReceiveBuffers pool
 
+    def __cinit__(self):
+        self.block = None  # until a pool lends one: only ReceiveBuffers.take makes them
+
     def __getbuffer__(self, Py_buffer* view, int flags):
+        if self.block is None:
+            raise ValueError("a ReceiveBuffer comes from ReceiveBuffers.take")
         PyBuffer_FillInfo(view, self, self.block.ptr, self.block.nbytes, 0, flags)
 
     def __releasebuffer__(self, Py_buffer* view):
         pass
 
     def __len__(self):
-        return self.block.nbytes
+        return 0 if self.block is None else self.block.nbytes
 
     @property
     def nbytes(self):
-        return self.block.nbytes
+        return len(self)
 
     def __dealloc__(self):
         if self.pool is not None and self.block is not None:

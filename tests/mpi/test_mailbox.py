@@ -374,6 +374,17 @@ def test_receive_buffers_come_back_only_when_every_view_is_gone(pool_class):
     assert pool.free_bytes == 4 << 20  # a 3 MiB buffer would pass the bound: dropped, not kept
 
 
+def test_a_receive_buffer_not_from_its_pool_lends_no_memory():
+    from transports.choose import compiled_transport
+
+    if isinstance(compiled_transport(), str):
+        pytest.skip(f"compiled transport {compiled_transport()}")
+    from transports.fast_transport import ReceiveBuffer
+
+    with pytest.raises(ValueError, match="ReceiveBuffers.take"):
+        memoryview(ReceiveBuffer())  # no block behind it: an error, not a read of address 0
+
+
 @pytest.mark.mpi(min_size=2)
 @pytest.mark.timeout(60)
 def test_a_kept_large_message_is_never_overwritten(comm, hub_and_spokes):
