@@ -92,7 +92,6 @@ cdef inline bytes _u32(uint32_t n):
     return n.to_bytes(4, "little")
 
 
-
 # ------------------------------------------------------------------ receive buffers
 
 cdef class _Block:
@@ -119,11 +118,8 @@ cdef class ReceiveBuffer:
     ``_ReceiveBuffers`` of transports/mpi_transport.py does the same with a weakref finalizer
     and an ``np.asarray`` per loan: that cost 9 µs with warm caches and 140 µs right after a
     64 MiB receive had swept them, on the path of every large message (bench/mailbox.py)."""
-    cdef _Block block
+    cdef _Block block  # None until a pool lends one: only ReceiveBuffers.take makes them
     cdef ReceiveBuffers pool
-
-    def __cinit__(self):
-        self.block = None  # until a pool lends one: only ReceiveBuffers.take makes them
 
     def __getbuffer__(self, Py_buffer* view, int flags):
         if self.block is None:

@@ -330,13 +330,19 @@ def data_ptr(a) -> int:
     return np.frombuffer(a, dtype=np.uint8).__array_interface__["data"][0]
 
 
-def _receive_buffer_pools():
+def _compiled_unusable() -> str | None:
+    """Why the compiled transport cannot be used here, or None if it can."""
     from transports.choose import compiled_transport
+
+    found = compiled_transport()
+    return f"compiled transport {found}" if isinstance(found, str) else None
+
+
+def _receive_buffer_pools():
     from transports.mpi_transport import _ReceiveBuffers
 
-    compiled = compiled_transport()
-    if isinstance(compiled, str):
-        return [_ReceiveBuffers, pytest.param(None, marks=pytest.mark.skip(reason=f"compiled transport {compiled}"))]
+    if reason := _compiled_unusable():
+        return [_ReceiveBuffers, pytest.param(None, marks=pytest.mark.skip(reason=reason))]
     from transports.fast_transport import ReceiveBuffers
 
     return [_ReceiveBuffers, ReceiveBuffers]
@@ -375,10 +381,8 @@ def test_receive_buffers_come_back_only_when_every_view_is_gone(pool_class):
 
 
 def test_a_receive_buffer_not_from_its_pool_lends_no_memory():
-    from transports.choose import compiled_transport
-
-    if isinstance(compiled_transport(), str):
-        pytest.skip(f"compiled transport {compiled_transport()}")
+    if reason := _compiled_unusable():
+        pytest.skip(reason)
     from transports.fast_transport import ReceiveBuffer
 
     with pytest.raises(ValueError, match="ReceiveBuffers.take"):
