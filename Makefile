@@ -57,14 +57,14 @@ format: venv
 	$(VENV)/bin/ruff check --fix .
 
 test-unit: venv
-	$(PY) -m pytest -q --color=no -p no:cacheprovider tests --ignore=tests/mpi --ignore=tests/hpc --ignore=tests/test_e2e_faults.py
+	$(PY) -m pytest -q --color=no -p no:cacheprovider tests/unit tests/e2e --ignore=tests/e2e/test_faults.py
 
-# The fault matrix (tests/test_e2e_faults.py): a job per injected fault (kill -9 and an
+# The fault matrix (tests/e2e/test_faults.py): a job per injected fault (kill -9 and an
 # exception in each role, a stopped rank, a deadlocked loop, a NaN loss, a killed launcher),
 # each ending as documented within its bound. About 8 minutes on 2 cores, so CI runs it
 # (.ci/run) beside `make test` rather than inside it.
 test-faults: venv
-	$(PY) -m pytest -q --color=no -p no:cacheprovider tests/test_e2e_faults.py
+	$(PY) -m pytest -q --color=no -p no:cacheprovider tests/e2e/test_faults.py
 
 # Several nodes and a real Slurm on this one machine (tests/hpc): network namespaces as nodes,
 # Open MPI over TCP between them. Needs root; without it (or without namespaces) each test

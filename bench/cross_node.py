@@ -1,6 +1,6 @@
 """``--cross-node`` for the transport benchmarks: the same benchmark with its ranks on two nodes.
 
-The nodes are network namespaces on this machine (``tests/hpc/cluster.py``), joined by a veth
+The nodes are network namespaces on this machine (``tests/support/cluster.py``), joined by a veth
 bridge; Open MPI talks TCP between them (``btl self,tcp``) and gloo goes over the same link.
 So the figures are those of the software over a TCP network with no wire in it: a real
 cluster's link (25-400 Gb/s, RDMA) changes the raw figures, and the ratios are what carry
@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-for p in (REPO / "tests", REPO / "tests" / "hpc"):
+for p in (REPO / "tests",):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
@@ -29,8 +29,8 @@ def link() -> str:
 
 def run_across_nodes(script: str | Path, ranks: int, slots: list[int], argv: list[str]) -> int:
     """Run ``script argv`` on ``ranks`` ranks over ``len(slots)`` virtual nodes; its exit code."""
-    from cluster import VirtualCluster, unavailable_reason
-    from mpi_helpers import find_mpirun, mpi_env
+    from support.cluster import VirtualCluster, unavailable_reason
+    from support.mpi_helpers import find_mpirun, mpi_env
 
     reason = unavailable_reason()
     if reason is not None:

@@ -17,7 +17,7 @@ and reward ranks need only the tokenizer, and at start-up four ranks share two c
   remembered class that fails to load sends the choice back to AutoTokenizer.
 
 The class is then loaded as ``AutoTokenizer`` loads it (``from_pretrained(path, _from_auto=True)``),
-so both ways give the same tokenizer (``tests/test_tokenizer.py``).
+so both ways give the same tokenizer (``tests/unit/roles/test_tokenizer.py``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Shared fixtures for the unit tests (one process) and the MPI tests.
 
 The repository root goes on ``sys.path`` so ``runtime``, ``transports`` and ``launch`` import
-without an install, and ``tests/`` itself so ``mpi_helpers`` does.
+without an install, and ``tests/`` itself so the ``support`` package does.
 """
 
 from __future__ import annotations
@@ -25,16 +25,19 @@ for p in (str(REPO), str(TESTS)):
 # out of the user's home; the jobs the tests start inherit it.
 os.environ.setdefault("MPIRL_CACHE_DIR", tempfile.mkdtemp(prefix="mpirl-test-cache-"))
 
+# The CLI imports launch first, which quiets Hugging Face's progress bars before transformers
+# reads its settings; in one test process that holds only if launch comes first here too.
+import launch  # noqa: E402, F401
+
 
 @pytest.fixture
 def dummy_model(tmp_path) -> Path:
     """A folder that passes the role map's checks: a config.json, a one-tensor weight file
     (a folder without weights is refused) and the arith demo's character tokenizer, so the
     data step (``launch.data``) can render prompts. Nothing here can be loaded as a model."""
-    from model_folders import write_placeholder_weights
-
     from roles.tasks.arith import ALPHABET
     from roles.tasks.tiny_llama import save_char_tokenizer
+    from support.model_folders import write_placeholder_weights
 
     d = tmp_path / "model"
     d.mkdir()
@@ -72,3 +75,13 @@ def write_config(tmp_path):
         return path
 
     return write
+
+
+@pytest.fixture(scope="session")
+def sft_model(tmp_path_factory) -> Path:
+    """The demo's warm-started tiny Llama, built once per test session."""
+    from examples.arith import prepare as arith
+
+    root = tmp_path_factory.mktemp("arith")
+    arith.prepare_model(root, seed=0)
+    return root / "sft"

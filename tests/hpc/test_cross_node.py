@@ -15,12 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster import VirtualCluster, unavailable_reason
-from mpi_helpers import find_mpirun, mpi_env
-from test_e2e import CONFIG, sft_model  # noqa: F401 - sft_model is a fixture
-from test_e2e_faults import _run_timed
 
 from launch import recipe
+from support.cluster import VirtualCluster, unavailable_reason
+from support.jobs import CONFIG, run_timed
+from support.mpi_helpers import find_mpirun, mpi_env
 
 REPO = Path(__file__).resolve().parents[2]
 JOB_TIMEOUT_S = 600
@@ -158,7 +157,7 @@ def test_a_rank_killed_on_the_second_node_ends_the_job_within_10_s(cluster, tmp_
         {"run": {"steps": 10000}},
         env_extra={"MPIRL_INJECT_FAULT": "kill-trainer:8"},
     )
-    code, lines, ended_at = _run_timed(cmd, env, timeout_s=300)
+    code, lines, ended_at = run_timed(cmd, env, timeout_s=300)
     text = "".join(line for _, line in lines)
     assert code not in (0, 2, -9), text[-3000:]
     (fault_at,) = [t for t, line in lines if "mpirl: fault injected" in line]

@@ -15,11 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
-from cluster import VirtualCluster, unavailable_reason
-from slurm import Slurm, slurm_unavailable_reason
-from test_e2e import CONFIG, sft_model  # noqa: F401 - sft_model is a fixture
 
 from launch import recipe
+from support.cluster import VirtualCluster, unavailable_reason
+from support.jobs import CONFIG
+from support.slurm import Slurm, slurm_unavailable_reason
 
 REPO = Path(__file__).resolve().parents[2]
 REASON = unavailable_reason() or slurm_unavailable_reason()
