@@ -70,45 +70,9 @@ def check_path(path: str | Path, field: str | None = None) -> Kind:
     except OSError as e:  # a name too long, a folder we may not enter: said, not a traceback
         raise TaskDataError(_name(field, shortened_path(path), f"cannot look at it: {e.strerror or e}")) from None
     if not p.exists():
-        where = "" if p.is_absolute() else f" (resolved to {p.resolve()})"
-        # Paths are never shell-expanded: say so, rather than leave "~" or "*" a mystery.
-        if str(path).startswith("~"):
-            where += "; '~' is not expanded here: write the full path"
-        elif any(c in str(path) for c in "*?["):
-            where += "; patterns are not expanded: list each file"
-        raise TaskDataError(_name(field, path, f"no such file or folder{where}"))
+        raise TaskDataError(_name(field, path, f"no such file or folder{_missing_hint(path, p)}"))
     if p.is_dir():
-        if (p / "dataset_dict.json").is_file():
-            try:
-                splits = json.loads((p / "dataset_dict.json").read_text())["splits"]
-            except (OSError, ValueError, KeyError, TypeError):
-                splits = sorted(c.name for c in p.iterdir() if c.is_dir())
-            example = p / splits[0] if splits else p / "train"
-            raise TaskDataError(
-                _name(
-                    field,
-                    path,
-                    (
-                        f"a DatasetDict folder (splits: {', '.join(map(str, splits)) or 'none'}); "
-                        f"name one split's folder, e.g. {example}"
-                    ),
-                )
-            )
-        if not (p / "state.json").is_file():
-            # A folder of shards (a hub download's data/train-0000x-of-0000n.parquet) is common:
-            # name the files to list, since a folder's own order of them would be a guess.
-            shards = sorted(c.name for c in p.iterdir() if c.is_file() and c.suffix.lower() in _SUFFIXES)
-            hint = ""
-            if shards:
-                shown = ", ".join(shards[:3]) + (f", ... ({len(shards)} in all)" if len(shards) > 3 else "")
-                hint = f"; it holds data files ({shown}): list each of them in the field instead"
-            raise TaskDataError(
-                _name(
-                    field,
-                    path,
-                    f"a folder, but not one written by datasets' save_to_disk (it has no state.json){hint}",
-                )
-            )
+        _check_saved_folder(p, path, field)
         return "saved"
     kind = _SUFFIXES.get(p.suffix.lower())
     if kind is None:
@@ -117,6 +81,40 @@ def check_path(path: str | Path, field: str | None = None) -> Kind:
             what = f"a compressed file ({p.suffix}), which is not read: decompress it first"
         raise TaskDataError(_name(field, path, f"{what} (supported: {_SUPPORTED})"))
     return kind
+
+
+def _missing_hint(path: str | Path, p: Path) -> str:
+    """Where a missing relative path was looked for, and why a shell pattern did not match."""
+    where = "" if p.is_absolute() else f" (resolved to {p.resolve()})"
+    # Paths are never shell-expanded: say so, rather than leave "~" or "*" a mystery.
+    if str(path).startswith("~"):
+        where += "; '~' is not expanded here: write the full path"
+    elif any(c in str(path) for c in "*?["):
+        where += "; patterns are not expanded: list each file"
+    return where
+
+
+def _check_saved_folder(p: Path, path: str | Path, field: str | None) -> None:
+    """A folder must be one dataset's ``save_to_disk`` output, not a DatasetDict or a folder of shards."""
+    if (p / "dataset_dict.json").is_file():
+        try:
+            splits = json.loads((p / "dataset_dict.json").read_text())["splits"]
+        except (OSError, ValueError, KeyError, TypeError):
+            splits = sorted(c.name for c in p.iterdir() if c.is_dir())
+        example = p / splits[0] if splits else p / "train"
+        listed = ", ".join(map(str, splits)) or "none"
+        message = f"a DatasetDict folder (splits: {listed}); name one split's folder, e.g. {example}"
+        raise TaskDataError(_name(field, path, message))
+    if not (p / "state.json").is_file():
+        # A folder of shards (a hub download's data/train-0000x-of-0000n.parquet) is common:
+        # name the files to list, since a folder's own order of them would be a guess.
+        shards = sorted(c.name for c in p.iterdir() if c.is_file() and c.suffix.lower() in _SUFFIXES)
+        hint = ""
+        if shards:
+            shown = ", ".join(shards[:3]) + (f", ... ({len(shards)} in all)" if len(shards) > 3 else "")
+            hint = f"; it holds data files ({shown}): list each of them in the field instead"
+        message = f"a folder, but not one written by datasets' save_to_disk (it has no state.json){hint}"
+        raise TaskDataError(_name(field, path, message))
 
 
 def read_rows(path: str | Path, field: str, columns: Sequence[str], optional: Sequence[str] = ()) -> FileRows:

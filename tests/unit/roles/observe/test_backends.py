@@ -95,6 +95,7 @@ WANDB_SCRIPT = textwrap.dedent(
     from roles.config.observability import LoggingConfig, WandbConfig
     from roles.observe.backends import open_backends
     from roles.observe.run_log import RunLog
+    from support.run_records import step_record
     out = Path(sys.argv[1])
     resumed_at = int(sys.argv[3])
     cfg = LoggingConfig(wandb=WandbConfig(project="mpirl-test", mode="offline"))
