@@ -112,6 +112,17 @@ def plot_smoothed(ax, xs: list[float], ys: list[float], c: str, lw: float = 1.8,
     ax.plot(xs, moving_average(ys, smoothing_window(len(ys))), color=c, lw=lw, **style)
 
 
+def smoothed_curve(key: str, **style):
+    """A panel's plotter: ``key``'s moving average over its raw values, in the run's colour."""
+
+    def draw(ax, run: Run, c: str) -> None:
+        xs, ys = series(run.metrics, key)
+        if xs:
+            plot_smoothed(ax, xs, ys, c, **style)
+
+    return draw
+
+
 def save(fig, path: Path) -> Path:
     fig.savefig(path, dpi=DPI)
     return path
@@ -177,16 +188,13 @@ def length_png(runs: list[Run], path: Path) -> Path | None:
     if not (has(runs, "response_length_mean") or has(runs, "response_clip_ratio")):
         return None
 
+    mean_length = smoothed_curve("response_length_mean")
+
     def lengths(ax, run, c):
         ax.plot(*series(run.metrics, "response_length_max"), color=c, alpha=0.4, lw=0.8, ls=":")
-        xs, ys = series(run.metrics, "response_length_mean")
-        if xs:
-            plot_smoothed(ax, xs, ys, c)
+        mean_length(ax, run, c)
 
-    def clipped(ax, run, c):
-        xs, ys = series(run.metrics, "response_clip_ratio")
-        if xs:
-            plot_smoothed(ax, xs, ys, c)
+    clipped = smoothed_curve("response_clip_ratio")
 
     out = per_run_figure(
         runs,
@@ -333,16 +341,13 @@ def ratios_png(runs: list[Run], path: Path) -> Path | None:
         ax.plot(*series(run.metrics, "staleness_mean"), color=c, lw=1.8)
         ax.plot(*series(run.metrics, "staleness_max"), color=c, lw=1, ls=":")
 
-    def ratios(ax, run, c):
-        for key, style in (("trainer.ratio_mean", {}), ("trainer.ratio_max", {"ls": ":", "lw": 1.2})):
-            xs, ys = series(run.metrics, key)
-            if xs:
-                plot_smoothed(ax, xs, ys, c, **style)
+    ratio_curves = (smoothed_curve("trainer.ratio_mean"), smoothed_curve("trainer.ratio_max", ls=":", lw=1.2))
 
-    def clipped(ax, run, c):
-        xs, ys = series(run.metrics, "trainer.clip_frac")
-        if xs:
-            plot_smoothed(ax, xs, ys, c)
+    def ratios(ax, run, c):
+        for curve in ratio_curves:
+            curve(ax, run, c)
+
+    clipped = smoothed_curve("trainer.clip_frac")
 
     out = per_run_figure(
         runs,
@@ -367,21 +372,13 @@ def loss_png(runs: list[Run], path: Path) -> Path | None:
     if not (has(runs, "loss") or has(runs, "trainer.grad_norm")):
         return None
 
-    def curve(key):
-        def draw(ax, run, c):
-            xs, ys = series(run.metrics, key)
-            if xs:
-                plot_smoothed(ax, xs, ys, c)
-
-        return draw
-
     return per_run_figure(
         runs,
         path,
         "Loss and gradient norm",
         [
-            ("loss", "loss", curve("loss"), SMOOTHED),
-            ("gradient norm", "grad norm", curve("trainer.grad_norm"), SMOOTHED),
+            ("loss", "loss", smoothed_curve("loss"), SMOOTHED),
+            ("gradient norm", "grad norm", smoothed_curve("trainer.grad_norm"), SMOOTHED),
         ],
     )
 
