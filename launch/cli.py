@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launch import config
+from launch import config, preflight, ranks
 from launch.mpi_settings import idle_btl_setting, mpiexec_here
 
 
@@ -75,7 +75,7 @@ def open_mpi_env(env: dict, mpiexec: str | None = None) -> dict:
 
 def _load_or_exit(path: str) -> config.RoleMap:
     try:
-        return config.load(path)
+        return preflight.load(path)
     except config.ConfigError as e:
         print(f"mpirl: config error: {e}", file=sys.stderr)
         sys.exit(config.EXIT_CONFIG)
@@ -106,7 +106,7 @@ def cmd_check(args) -> int:
         print(data.describe(cfg.task.name))
     if resume is not None:
         print(f"resumes from {resume.path} ({resume.steps_done} steps done)")
-    print(config.rank_table(cfg))
+    print(ranks.rank_table(cfg))
     return 0
 
 

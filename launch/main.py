@@ -19,7 +19,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from mpi4py import MPI  # noqa: E402
 
-from launch import config  # noqa: E402
+from launch import config, preflight, ranks  # noqa: E402
 from launch.config import EXIT_CONFIG  # noqa: E402
 
 
@@ -42,8 +42,8 @@ def main(argv: list[str] | None = None) -> None:
 
     world = MPI.COMM_WORLD
     try:
-        cfg = config.load(args.config)
-        config.check_world_size(cfg, world.Get_size(), args.config)
+        cfg = preflight.load(args.config)
+        preflight.check_world_size(cfg, world.Get_size(), args.config)
     except config.ConfigError as e:
         _fail_config(str(e))
 
@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
     # before any of them starts collective work, so a bad file stops all of them alike.
     # The checkpoint to resume from is found (and checked against the role map) the same way,
     # and the dashboards started: one that cannot start is a config error before any work.
-    preflight, resume, problem = None, None, None
+    prepared, resume, problem = None, None, None
     role = cfg.world.roles_by_rank()[world.Get_rank()]
     hosts = world.gather(MPI.Get_processor_name(), root=0)
     if world.Get_rank() == 0:
@@ -62,11 +62,11 @@ def main(argv: list[str] | None = None) -> None:
 
         try:
             resume = find_resume(cfg)
-            preflight = prepare_controller(cfg, resume)
-            print(f"mpirl: ranks {config.rank_ranges(cfg)}", flush=True)
+            prepared = prepare_controller(cfg, resume)
+            print(f"mpirl: ranks {ranks.rank_ranges(cfg)}", flush=True)
             if len(set(hosts)) > 1:
-                print(f"mpirl: nodes {config.placement(cfg, hosts)}", flush=True)
-            print(f"mpirl: {preflight.data.describe(cfg.task.name)}", flush=True)
+                print(f"mpirl: nodes {ranks.placement(cfg, hosts)}", flush=True)
+            print(f"mpirl: {prepared.data.describe(cfg.task.name)}", flush=True)
             if notice := transport_notice():
                 print(f"mpirl: {notice}", file=sys.stderr, flush=True)
             if resume is not None:
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
 
         # While rank 0 prepares the data.
         warm_imports(role, cfg.world.generator.engine, hide=unused_optional_packages(cfg))
-    tokenizer = (preflight.tokenizer_class, preflight.stop_ids) if preflight is not None else (None, ())
+    tokenizer = (prepared.tokenizer_class, prepared.stop_ids) if prepared is not None else (None, ())
     wait_for_all(world)  # asleep, not spinning, while rank 0 prepares the data and the others import
     problem, resume, (tokenizer_class, stop_ids) = world.bcast((problem, resume, tokenizer), root=0)
     if problem is not None:
@@ -111,8 +111,8 @@ def main(argv: list[str] | None = None) -> None:
     if world.Get_rank() != 0:
         from launch.job import Preflight
 
-        preflight = Preflight(tokenizer_class=tokenizer_class, stop_ids=stop_ids)
-    prepared = time.time()
+        prepared = Preflight(tokenizer_class=tokenizer_class, stop_ids=stop_ids)
+    prepared_at = time.time()
     from launch.job import MODEL_ROLES, run_rank
     from runtime.preemption import EXIT_RESUMABLE, exit_code_of
 
@@ -122,10 +122,10 @@ def main(argv: list[str] | None = None) -> None:
     # The start-up so far, as spans of this rank's timeline (runtime/spans.py):
     startup = [
         ("start.python", process_started_at(), entered),  # the interpreter, mpi4py, MPI_Init
-        ("start.preflight", entered, prepared),  # the role map; rank 0 prepares the data, the others import
-        ("start.imports", prepared, time.time()),
+        ("start.preflight", entered, prepared_at),  # the role map; rank 0 prepares the data, the others import
+        ("start.imports", prepared_at, time.time()),
     ]
-    code = exit_code_of(run_rank(cfg, args.config, preflight, resume, startup=startup))
+    code = exit_code_of(run_rank(cfg, args.config, prepared, resume, startup=startup))
     from launch import fast_exit
 
     if code == EXIT_RESUMABLE:
