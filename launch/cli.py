@@ -312,9 +312,19 @@ def cmd_export(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    sys.exit(args.fn(args))
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mpirl", description="MPI-native asynchronous RL for LLMs")
     sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_check, _add_run, _add_inspecting, _add_export):
+        add(sub)
+    return parser
 
+
+def _add_check(sub) -> None:
     p = sub.add_parser("check", help="validate a role map and its data; print the rank -> role table")
     p.add_argument("config")
     p.add_argument(
@@ -327,6 +337,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.set_defaults(fn=cmd_check)
 
+
+def _add_run(sub) -> None:
     p = sub.add_parser("run", help="run a role map under mpiexec with the right number of ranks")
     p.add_argument("config")
     p.add_argument("--dry-run", action="store_true", help="print the mpiexec command instead of running it")
@@ -339,6 +351,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.set_defaults(fn=cmd_run)
 
+
+def _add_inspecting(sub) -> None:
+    """The commands that read finished (or running) runs: trace, report, advise."""
     p = sub.add_parser("trace", help="write a Perfetto/Chrome trace and a PNG timeline of a run")
     p.add_argument("run_dir")
     p.set_defaults(fn=cmd_trace)
@@ -360,6 +375,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ranks", type=int, default=None, help="total compute ranks to split (default: the run's)")
     p.set_defaults(fn=cmd_advise)
 
+
+def _add_export(sub) -> None:
     p = sub.add_parser("export", help="write a checkpoint's policy as a Hugging Face model folder")
     p.add_argument(
         "checkpoint", help="a checkpoint (step-NNNNNNNN), or a checkpoint folder or a run folder (run.out): its newest"
@@ -372,9 +389,6 @@ def main(argv: list[str] | None = None) -> None:
         "config.json, generation_config.json, the tokenizer's) are overwritten, the others kept",
     )
     p.set_defaults(fn=cmd_export)
-
-    args = parser.parse_args(argv)
-    sys.exit(args.fn(args))
 
 
 if __name__ == "__main__":
