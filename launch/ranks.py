@@ -1,7 +1,7 @@
 """Which rank plays which role, as printed for people: the table of ``mpirl check`` and the lines
 a launch prints (ranks per role, and per node when the job spans several).
 
-Reads only the role map's ``world`` section; knows nothing of MPI or of the hosts it names.
+Reads only the role map's ``world`` section; knows nothing of MPI: the hosts are handed in.
 """
 
 from __future__ import annotations
