@@ -55,8 +55,8 @@ def mpiexec_command(
 # session folder, /tmp/ompi.<pid>, which an mpirun that was killed leaves behind. A later
 # mpirun that happens to get the same pid finds the file there, and PMIx (5.0) refuses to
 # overwrite it: the job dies at once with exit 213 and only "The PMIx server's listener thread
-# failed to start" (CI hit it once in about 40 jobs). mpirl attaches no tools, so it turns the
-# files off; a user who wants to attach one sets PRTE_MCA_pmix_tool_support=1 themselves.
+# failed to start". mpirl attaches no tools, so it turns the files off; a user who wants to
+# attach one sets PRTE_MCA_pmix_tool_support=1 themselves.
 OPEN_MPI_DEFAULTS = {"PRTE_MCA_pmix_tool_support": "0"}
 
 

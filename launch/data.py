@@ -39,8 +39,8 @@ class PreparedData:
 
     @cached_property
     def train_fingerprint(self) -> str:
-        """``roles.prompt_stream.fingerprint`` of the training prompts, worked out once (a few
-        tenths of a second for 100,000 prompts): the resume check and the controller both need it."""
+        """``roles.prompt_stream.fingerprint`` of the training prompts, worked out once: the
+        resume check and the controller both need it."""
         from roles.prompt_stream import fingerprint
 
         return fingerprint(self.train_prompts)
@@ -88,7 +88,7 @@ def check_model_files(cfg: RoleMap) -> None:
         raise ConfigError(f"model.path: {e}") from None
     # vLLM generators take their parameter names from the safetensors headers (and the weight
     # pushes then fill them): a pytorch_model.bin-only folder loads on the torch engine and
-    # the trainers, and failed on every vLLM generator at start with a traceback.
+    # the trainers, but not on a vLLM generator.
     generates = cfg.world.generator.ranks or cfg.world.colocated.ranks
     if generates and cfg.world.generator.engine == "vllm" and not has_safetensors(cfg.model.path):
         raise ConfigError(
@@ -113,7 +113,7 @@ def load_tokenizer(cfg: RoleMap):
 # An example id travels in the rollout messages (PromptBatch.example_ids, Rollout.example_id,
 # EvalScored.example_id): the codec (transports/codec.py) packs it as a msgpack integer, 64
 # bits signed or unsigned, and the receiver takes only an int there (numpy integers are sent as
-# ints; a bool, a str or a float is refused). An id past that failed at the first batch sent.
+# ints; a bool, a str or a float is refused): an id past that would fail at the first batch sent.
 ID_MIN, ID_MAX = -(2**63), 2**64 - 1
 
 
@@ -133,8 +133,8 @@ def _pickle_problem(example) -> str | None:
 
     Only the id crosses MPI; the reward ranks find the example in their own copy of the task and
     send it, with each response, pickled to their scoring processes (roles/rewards/sandbox.py),
-    which raised mid-run on an example that does not pickle. One pickle per example, the
-    runtime's own: a fraction of a second for 100,000.
+    which would raise mid-run on an example that does not pickle. One pickle per example, as
+    the runtime pickles it.
     """
     try:
         pickle.dumps(example, pickle.HIGHEST_PROTOCOL)

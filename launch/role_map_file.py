@@ -25,7 +25,7 @@ MAX_VALUES = 100_000
 class _YamlLoader(yaml.SafeLoader):
     """PyYAML's safe loader, but ``1e-5`` is a float (YAML 1.1 wants ``1.0e-5``; 1.2 and users
     do not), and a key written twice in one mapping is an error: PyYAML keeps the last, so a
-    second ``run:`` block silently replaced the first one whole. Keys a merge (``<<``) brings
+    second ``run:`` block would silently replace the first one whole. Keys a merge (``<<``) brings
     may still be overridden, as YAML intends."""
 
     def construct_mapping(self, node, deep=False):

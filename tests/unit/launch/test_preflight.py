@@ -13,13 +13,12 @@ from launch.config import ConfigError
 
 
 def parse(base, **sections):
-    raw = copy.deepcopy(base)
-    raw.update(sections)
-    return preflight.parse(raw)
+    """The role map ``base`` with whole ``sections`` replaced, as the launch takes it."""
+    return preflight.parse({**copy.deepcopy(base), **sections})
 
 
 def refused(base, match, **sections):
-    with pytest.raises(config.ConfigError, match=match):
+    with pytest.raises(ConfigError, match=match):
         parse(base, **sections)
 
 
