@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from launch import config
+from launch import config, preflight, ranks
 from launch.mpi_settings import idle_btl_setting, mpiexec_here
 
 
@@ -55,8 +55,8 @@ def mpiexec_command(
 # session folder, /tmp/ompi.<pid>, which an mpirun that was killed leaves behind. A later
 # mpirun that happens to get the same pid finds the file there, and PMIx (5.0) refuses to
 # overwrite it: the job dies at once with exit 213 and only "The PMIx server's listener thread
-# failed to start" (CI hit it once in about 40 jobs). mpirl attaches no tools, so it turns the
-# files off; a user who wants to attach one sets PRTE_MCA_pmix_tool_support=1 themselves.
+# failed to start". mpirl attaches no tools, so it turns the files off; a user who wants to
+# attach one sets PRTE_MCA_pmix_tool_support=1 themselves.
 OPEN_MPI_DEFAULTS = {"PRTE_MCA_pmix_tool_support": "0"}
 
 
@@ -75,7 +75,7 @@ def open_mpi_env(env: dict, mpiexec: str | None = None) -> dict:
 
 def _load_or_exit(path: str) -> config.RoleMap:
     try:
-        return config.load(path)
+        return preflight.load(path)
     except config.ConfigError as e:
         print(f"mpirl: config error: {e}", file=sys.stderr)
         sys.exit(config.EXIT_CONFIG)
@@ -106,7 +106,7 @@ def cmd_check(args) -> int:
         print(data.describe(cfg.task.name))
     if resume is not None:
         print(f"resumes from {resume.path} ({resume.steps_done} steps done)")
-    print(config.rank_table(cfg))
+    print(ranks.rank_table(cfg))
     return 0
 
 
@@ -312,9 +312,19 @@ def cmd_export(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    sys.exit(args.fn(args))
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mpirl", description="MPI-native asynchronous RL for LLMs")
     sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_check, _add_run, _add_inspecting, _add_export):
+        add(sub)
+    return parser
 
+
+def _add_check(sub) -> None:
     p = sub.add_parser("check", help="validate a role map and its data; print the rank -> role table")
     p.add_argument("config")
     p.add_argument(
@@ -327,6 +337,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.set_defaults(fn=cmd_check)
 
+
+def _add_run(sub) -> None:
     p = sub.add_parser("run", help="run a role map under mpiexec with the right number of ranks")
     p.add_argument("config")
     p.add_argument("--dry-run", action="store_true", help="print the mpiexec command instead of running it")
@@ -339,6 +351,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.set_defaults(fn=cmd_run)
 
+
+def _add_inspecting(sub) -> None:
+    """The commands that read finished (or running) runs: trace, report, advise."""
     p = sub.add_parser("trace", help="write a Perfetto/Chrome trace and a PNG timeline of a run")
     p.add_argument("run_dir")
     p.set_defaults(fn=cmd_trace)
@@ -360,6 +375,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--ranks", type=int, default=None, help="total compute ranks to split (default: the run's)")
     p.set_defaults(fn=cmd_advise)
 
+
+def _add_export(sub) -> None:
     p = sub.add_parser("export", help="write a checkpoint's policy as a Hugging Face model folder")
     p.add_argument(
         "checkpoint", help="a checkpoint (step-NNNNNNNN), or a checkpoint folder or a run folder (run.out): its newest"
@@ -372,9 +389,6 @@ def main(argv: list[str] | None = None) -> None:
         "config.json, generation_config.json, the tokenizer's) are overwritten, the others kept",
     )
     p.set_defaults(fn=cmd_export)
-
-    args = parser.parse_args(argv)
-    sys.exit(args.fn(args))
 
 
 if __name__ == "__main__":

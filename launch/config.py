@@ -1,9 +1,13 @@
-"""The role-map file: its schema, validation and the rank -> role assignment.
+"""The role map's schema: its sections, the checks of their values, the rank -> role assignment.
 
-Everything is checked before any work starts. A mistake — an unknown key, a wrong type, a
-non-positive size, a missing model folder — becomes one :class:`ConfigError` whose text
-names the field (``run.steps: must be > 0, got 0``). Relative paths are taken from the
-directory ``mpirun`` was started in.
+A mistake — an unknown key, a wrong type, a non-positive size, sizes that do not fit together —
+becomes one :class:`ConfigError` whose text names the field (``run.steps: must be > 0, got 0``).
+Relative paths are taken from the directory ``mpirun`` was started in.
+
+Knows nothing of the file (``launch/role_map_file.py`` reads it) nor of this machine: the checks
+that read the disk or ask the host (the model's context, the logging packages, memory, the job's
+size) are ``launch/preflight.py``'s, run after these. Each section checks its own fields, as its
+component (``roles.*``) declares them.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from roles.config.rollout import RolloutConfig
 from roles.config.trainer import TrainerConfig
 from roles.engines.base import EngineConfig
 from roles.models import ModelConfig
-from roles.section import Section, shortened_path
+from roles.section import Section
 from roles.tasks import task_section
 from roles.weights import WeightsConfig
 
@@ -162,24 +166,6 @@ class RoleMap(Section):
             )
         return self
 
-    @model_validator(mode="after")
-    def _prompts_fit_the_context(self) -> RoleMap:
-        context = self.model.context_length()
-        limit, new = self.task.max_prompt_tokens, self.longest_response()
-        which = "eval.max_new_tokens" if new > self.rollout.max_new_tokens else "rollout.max_new_tokens"
-        if context is not None:
-            if new >= context:
-                raise ValueError(
-                    f"{which} ({new}) leaves no room for a prompt in "
-                    f"the model's context of {context} tokens (its config.json)"
-                )
-            if limit is not None and limit + new > context:
-                raise ValueError(
-                    f"task.max_prompt_tokens ({limit}) + {which} ({new}) "
-                    f"exceeds the model's context of {context} tokens (its config.json)"
-                )
-        return self
-
     def longest_response(self) -> int:
         """The most tokens any response may take (training or evaluation)."""
         return max(self.rollout.max_new_tokens, self.eval.max_new_tokens or 0)
@@ -238,22 +224,12 @@ class RoleMap(Section):
 
     @model_validator(mode="after")
     def _logging_can_run(self) -> RoleMap:
-        from roles.observe.backends import check_backends
-
         per_step = self.rollout.prompts_per_step * self.rollout.samples_per_prompt
         if self.logging.samples_per_step > per_step:
             raise ValueError(
                 f"logging.samples_per_step ({self.logging.samples_per_step}) exceeds the {per_step} "
                 "generations of a step (rollout.prompts_per_step x rollout.samples_per_prompt)"
             )
-        check_backends(self.logging)  # a missing package, named now rather than at the first step
-        return self
-
-    @model_validator(mode="after")
-    def _fits_in_memory(self) -> RoleMap:
-        from launch.sizing import check_memory
-
-        check_memory(self)  # after the checks above: it reads sizes they have made consistent
         return self
 
     # What the actors receive besides their own section: derived here, in one place.
@@ -291,7 +267,7 @@ class RoleMap(Section):
         return batch_prompts(self.rollout, self.routes().generators, self.world.generator.batch_prompts)
 
 
-# ------------------------------------------------------------------------- loading
+# ----------------------------------------------------------------------- validating
 
 
 def _location_part(p) -> str:
@@ -323,172 +299,10 @@ def _format(err: ValidationError) -> str:
 
 
 def parse(data: dict, source: str = "<config>") -> RoleMap:
+    """The role map in ``data``, its values checked (``launch.preflight.parse`` checks the machine too)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: a role map is a YAML mapping, got {type(data).__name__}")
     try:
         return RoleMap.model_validate(data)
     except ValidationError as e:
         raise ConfigError(f"{source}: {_format(e)}") from None
-
-
-class _YamlLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, but ``1e-5`` is a float (YAML 1.1 wants ``1.0e-5``; 1.2 and users
-    do not), and a key written twice in one mapping is an error: PyYAML keeps the last, so a
-    second ``run:`` block silently replaced the first one whole. Keys a merge (``<<``) brings
-    may still be overridden, as YAML intends."""
-
-    def construct_mapping(self, node, deep=False):
-        if isinstance(node, yaml.MappingNode):
-            first_line: dict = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                try:
-                    seen = key in first_line
-                except TypeError:  # an unhashable key: the base class says so
-                    continue
-                if seen:
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"duplicate key {key!r} (first at line {first_line[key] + 1})", key_node.start_mark
-                    )
-                first_line[key] = key_node.start_mark.line
-        return super().construct_mapping(node, deep)
-
-
-_YamlLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-                    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-                    |\.[0-9_]+(?:[eE][-+][0-9]+)?
-                    |[-+]?\.(?:inf|Inf|INF)
-                    |\.(?:nan|NaN|NAN))$""",
-        re.X,
-    ),
-    list("-+0123456789."),
-)
-
-
-def load_yaml(text: str) -> Any:
-    """Parse role-map YAML (safe: no Python objects), with numbers read as users write them."""
-    return yaml.load(text, Loader=_YamlLoader)
-
-
-# A role map is a page of YAML. These bounds refuse what no role map needs, before it can
-# cost minutes or gigabytes: a huge file, nesting that would exhaust the parser's stack, and
-# aliases that expand into far more values than the text holds (a "billion laughs").
-MAX_FILE_BYTES = 1 << 20
-MAX_DEPTH = 32
-MAX_VALUES = 100_000
-
-
-def load(path: str | Path) -> RoleMap:
-    path = Path(path)
-    try:
-        found = path.is_file()
-    except OSError as e:  # a name too long: said, not a traceback
-        raise ConfigError(f"cannot look for a role-map file at {shortened_path(path)!r}: {e.strerror or e}") from None
-    if not found:
-        raise ConfigError(f"no role-map file at {str(path)!r}")
-    return parse(read_yaml_file(path), str(path))
-
-
-def read_yaml_file(path: Path) -> Any:
-    """The YAML document of the role-map file at ``path``, or a ConfigError saying what is wrong."""
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise ConfigError(
-                f"{path}: is {size} bytes; a role map is at most {MAX_FILE_BYTES} (is it the right file?)"
-            )
-        raw = path.read_bytes()
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot be read: {e.strerror or e}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: is not UTF-8 text (byte {e.start} is {raw[e.start]:#04x})") from None
-    try:
-        data = load_yaml(text)
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(e)}") from None
-    except RecursionError:
-        raise ConfigError(f"{path}: nested too deeply to be a role map") from None
-    _check_size(data, str(path))
-    return data
-
-
-def _yaml_problem(e: yaml.YAMLError) -> str:
-    """PyYAML's error on one line: what, and where (its own text spans several, with excerpts)."""
-    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-    mark = getattr(e, "problem_mark", None)
-    context = getattr(e, "context", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    return f"{problem}{where}" + (f" ({context})" if context else "")
-
-
-def _check_size(data: Any, source: str) -> None:
-    """Refuse nesting deeper than MAX_DEPTH and more than MAX_VALUES values once aliases are
-    expanded (each alias counts every value it stands for, as validation would visit them)."""
-    seen, stack = 0, [(data, 1)]
-    while stack:
-        value, depth = stack.pop()
-        seen += 1
-        if seen > MAX_VALUES:
-            raise ConfigError(f"{source}: expands to more than {MAX_VALUES} values (YAML aliases?); not a role map")
-        if isinstance(value, dict | list):
-            if depth > MAX_DEPTH:
-                raise ConfigError(f"{source}: nested more than {MAX_DEPTH} levels deep; not a role map")
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            stack.extend((item, depth + 1) for _, item in items)
-
-
-def check_world_size(cfg: RoleMap, size: int, source: str = "<config>") -> None:
-    if cfg.world.size != size:
-        parts = " + ".join(f"{r} {n}" for r, n in cfg.world.counts().items())
-        raise ConfigError(
-            f"{source}: world: the role map asks for {cfg.world.size} ranks ({parts}) "
-            f"but the job has {size}; run it with mpirun -n {cfg.world.size}"
-        )
-
-
-def rank_ranges(cfg: RoleMap) -> str:
-    """Which ranks play which role, in one line however many ranks (``0 controller, 1-8
-    generator, ...``): printed at launch, so a rank that Open MPI reports killed is named."""
-    parts, start = [], 0
-    for role, n in cfg.world.counts().items():
-        if n:
-            parts.append(f"{start}{f'-{start + n - 1}' if n > 1 else ''} {role}")
-            start += n
-    return ", ".join(parts)
-
-
-def placement(cfg: RoleMap, hosts: list[str]) -> str:
-    """Which node runs which ranks, in one line (``node-a: 0-1 controller, generator; node-b:
-    2-3 reward, trainer``): printed at launch when the job spans nodes, so a user sees where
-    the hostfile and ``--map-by`` put each role."""
-    roles = cfg.world.roles_by_rank()
-    by_host: dict[str, list[int]] = {}
-    for rank, host in enumerate(hosts):
-        by_host.setdefault(host, []).append(rank)
-    parts = []
-    for host, ranks in by_host.items():
-        runs, start = [], ranks[0]
-        for prev, cur in zip(ranks, ranks[1:] + [None]):
-            if cur != prev + 1:
-                runs.append(f"{start}-{prev}" if prev > start else f"{start}")
-                start = cur
-        names = list(dict.fromkeys(roles[r] for r in ranks))
-        parts.append(f"{host}: {','.join(runs)} {', '.join(names)}")
-    return "; ".join(parts)
-
-
-def rank_table(cfg: RoleMap) -> str:
-    rows = ["rank  role        index"]
-    counters: dict[str, int] = {}
-    for rank, role in enumerate(cfg.world.roles_by_rank()):
-        i = counters.get(role, 0)
-        counters[role] = i + 1
-        rows.append(f"{rank:>4}  {role:<10}  {i:>5}")
-    return "\n".join(rows)

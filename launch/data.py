@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,8 +39,8 @@ class PreparedData:
 
     @cached_property
     def train_fingerprint(self) -> str:
-        """``roles.prompt_stream.fingerprint`` of the training prompts, worked out once (a few
-        tenths of a second for 100,000 prompts): the resume check and the controller both need it."""
+        """``roles.prompt_stream.fingerprint`` of the training prompts, worked out once: the
+        resume check and the controller both need it."""
         from roles.prompt_stream import fingerprint
 
         return fingerprint(self.train_prompts)
@@ -87,7 +88,7 @@ def check_model_files(cfg: RoleMap) -> None:
         raise ConfigError(f"model.path: {e}") from None
     # vLLM generators take their parameter names from the safetensors headers (and the weight
     # pushes then fill them): a pytorch_model.bin-only folder loads on the torch engine and
-    # the trainers, and failed on every vLLM generator at start with a traceback.
+    # the trainers, but not on a vLLM generator.
     generates = cfg.world.generator.ranks or cfg.world.colocated.ranks
     if generates and cfg.world.generator.engine == "vllm" and not has_safetensors(cfg.model.path):
         raise ConfigError(
@@ -112,7 +113,7 @@ def load_tokenizer(cfg: RoleMap):
 # An example id travels in the rollout messages (PromptBatch.example_ids, Rollout.example_id,
 # EvalScored.example_id): the codec (transports/codec.py) packs it as a msgpack integer, 64
 # bits signed or unsigned, and the receiver takes only an int there (numpy integers are sent as
-# ints; a bool, a str or a float is refused). An id past that failed at the first batch sent.
+# ints; a bool, a str or a float is refused): an id past that would fail at the first batch sent.
 ID_MIN, ID_MAX = -(2**63), 2**64 - 1
 
 
@@ -132,8 +133,8 @@ def _pickle_problem(example) -> str | None:
 
     Only the id crosses MPI; the reward ranks find the example in their own copy of the task and
     send it, with each response, pickled to their scoring processes (roles/rewards/sandbox.py),
-    which raised mid-run on an example that does not pickle. One pickle per example, the
-    runtime's own: a fraction of a second for 100,000.
+    which would raise mid-run on an example that does not pickle. One pickle per example, as
+    the runtime pickles it.
     """
     try:
         pickle.dumps(example, pickle.HIGHEST_PROTOCOL)
@@ -175,15 +176,43 @@ def _raised_at(e: BaseException) -> str:
 def prepare_data(cfg: RoleMap, tokenizer=None) -> PreparedData:
     """Check the model's files, build the task and encode its prompts; any problem is a
     ``ConfigError`` naming the field."""
-    from roles.plugins import PluginError
-    from roles.tasks import TaskDataError, build_task
-    from roles.tasks.prompts import encode_prompts
-
     check_model_files(cfg)
     tokenizer_class = None
     if tokenizer is None:
         tokenizer, tokenizer_class = load_tokenizer(cfg)
     limit = cfg.prompt_token_limit()
+    encoded = _encode_task(cfg, tokenizer, limit)
+    _check_prompts_kept(cfg, encoded, limit)
+    stats = _stats(encoded, limit)
+    _check_memory(cfg, stats["longest_prompt"])
+    skipped = dict(getattr(encoded.task, "skipped", None) or {})  # FileTask's; a user task may have none
+    untemplated = bool(cfg.task.chat_template) and not getattr(tokenizer, "chat_template", None)
+    return PreparedData(
+        encoded.train.ids,
+        encoded.evals.ids,
+        stats,
+        tokenizer_class,
+        eval_split=len(encoded.eval_examples),
+        skipped=skipped,
+        untemplated=untemplated,
+        eos_id=None if tokenizer.eos_token_id is None else int(tokenizer.eos_token_id),
+    )
+
+
+class _Encoded(NamedTuple):
+    task: object
+    train_examples: list  # every training example of the task
+    eval_examples: list  # every eval example, used or not
+    train: object  # roles.tasks.prompts.EncodedPrompts of the training examples
+    evals: object  # those of the eval examples an eval round sends
+
+
+def _encode_task(cfg: RoleMap, tokenizer, limit: int | None) -> _Encoded:
+    """The task built and its prompts encoded; a failure, the task's own included, is a ``ConfigError``."""
+    from roles.plugins import PluginError
+    from roles.tasks import TaskDataError, build_task
+    from roles.tasks.prompts import encode_prompts
+
     try:
         task = build_task(cfg.task, seed=cfg.run.seed)
         train_examples = task.examples("train")
@@ -202,23 +231,32 @@ def prepare_data(cfg: RoleMap, tokenizer=None) -> PreparedData:
         raise
     except Exception as e:  # noqa: BLE001 - a user task's own failure, named with where it was raised
         raise ConfigError(f"task: task {cfg.task.name!r} failed: {type(e).__name__}: {e}{_raised_at(e)}") from None
-    if not train.ids:
+    return _Encoded(task, train_examples, eval_examples, train, evals)
+
+
+def _check_prompts_kept(cfg: RoleMap, encoded: _Encoded, limit: int | None) -> None:
+    """Some training prompts fit the limit, and some eval prompts when evaluation is on."""
+    if not encoded.train.ids:
         raise ConfigError(
-            f"task.max_prompt_tokens: every one of the {len(train_examples)} training prompts "
+            f"task.max_prompt_tokens: every one of the {len(encoded.train_examples)} training prompts "
             f"is longer than {limit} tokens (the longest prompt kept; raise the limit, or "
             f"lower {_longest_response_field(cfg)} if the model's context is what limits it)"
         )
-    if cfg.eval.enabled and not evals.ids:
+    if cfg.eval.enabled and not encoded.evals.ids:
         why = (
             "the task has no eval examples (set task.eval_files or task.eval_fraction)"
-            if not eval_examples
+            if not encoded.eval_examples
             else f"every eval prompt is longer than {limit} tokens"
         )
         raise ConfigError(
             f"eval: evaluation is on (every_steps {cfg.eval.every_steps}, before_training "
             f"{cfg.eval.before_training}) but {why}"
         )
-    stats = {
+
+
+def _stats(encoded: _Encoded, limit: int | None) -> dict:
+    train, evals = encoded.train, encoded.evals
+    return {
         "train_examples": len(train.ids),
         "eval_examples": len(evals.ids),
         "prompts_too_long": len(train.too_long),
@@ -226,24 +264,15 @@ def prepare_data(cfg: RoleMap, tokenizer=None) -> PreparedData:
         "prompt_token_limit": limit,
         "longest_prompt": max(train.longest, evals.longest),
     }
+
+
+def _check_memory(cfg: RoleMap, longest_prompt: int) -> None:
     from launch.sizing import check_memory
 
     try:  # the role map's check counted 1-token prompts; now the longest is known
-        check_memory(cfg, longest_prompt=stats["longest_prompt"])
+        check_memory(cfg, longest_prompt=longest_prompt)
     except ValueError as e:
-        raise ConfigError(f"task: with prompts of up to {stats['longest_prompt']} tokens, {e}") from None
-    skipped = dict(getattr(task, "skipped", None) or {})  # FileTask's; a user task may have none
-    untemplated = bool(cfg.task.chat_template) and not getattr(tokenizer, "chat_template", None)
-    return PreparedData(
-        train.ids,
-        evals.ids,
-        stats,
-        tokenizer_class,
-        eval_split=len(eval_examples),
-        skipped=skipped,
-        untemplated=untemplated,
-        eos_id=None if tokenizer.eos_token_id is None else int(tokenizer.eos_token_id),
-    )
+        raise ConfigError(f"task: with prompts of up to {longest_prompt} tokens, {e}") from None
 
 
 def _longest_response_field(cfg) -> str:

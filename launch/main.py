@@ -19,8 +19,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from mpi4py import MPI  # noqa: E402
 
-from launch import config  # noqa: E402
-from launch.config import EXIT_CONFIG  # noqa: E402
+from launch import preflight, ranks  # noqa: E402
+from launch.config import EXIT_CONFIG, ConfigError, RoleMap  # noqa: E402
 
 
 def _fail_config(message: str) -> None:
@@ -34,98 +34,141 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("config", help="role-map YAML file")
     args = parser.parse_args(argv)
     entered = time.time()
-    from runtime.backoff import wait_for_all
     from runtime.lifeline import tie_to_launcher
-    from runtime.spans import process_started_at
 
     tie_to_launcher()  # a rank never outlives mpirun / srun, even deep in C code
+    cfg = _read_role_map(args.config)
+    prepared, resume = _prepare(cfg, args.config)
+    _run(cfg, args.config, prepared, resume, startup_at=(entered, time.time()))
 
-    world = MPI.COMM_WORLD
+
+def _read_role_map(path: str) -> RoleMap:
+    """The role map, read and checked by every rank alike: a bad one stops them all with exit 2."""
     try:
-        cfg = config.load(args.config)
-        config.check_world_size(cfg, world.Get_size(), args.config)
-    except config.ConfigError as e:
+        cfg = preflight.load(path)
+        preflight.check_world_size(cfg, MPI.COMM_WORLD.Get_size(), path)
+    except ConfigError as e:
         _fail_config(str(e))
+    return cfg
+
+
+def _prepare(cfg: RoleMap, config_path: str):
+    """Rank 0 prepares the data, the others import meanwhile; then rank 0's verdict reaches
+    every rank. Returns what this rank needs of it (``launch.builders.Prepared``) and the resume."""
+    from runtime.backoff import wait_for_all
 
     # The data next, on rank 0 only (it feeds the prompts); its verdict reaches every rank
     # before any of them starts collective work, so a bad file stops all of them alike.
     # The checkpoint to resume from is found (and checked against the role map) the same way,
     # and the dashboards started: one that cannot start is a config error before any work.
-    preflight, resume, problem = None, None, None
-    role = cfg.world.roles_by_rank()[world.Get_rank()]
+    world = MPI.COMM_WORLD
+    prepared, resume, problem = None, None, None
     hosts = world.gather(MPI.Get_processor_name(), root=0)
     if world.Get_rank() == 0:
-        from launch.job import prepare_controller
-        from launch.resume import find_resume, fresh_start_notice
-        from roles.observe.backends import BackendError
-        from transports.choose import transport_notice
-
-        try:
-            resume = find_resume(cfg)
-            preflight = prepare_controller(cfg, resume)
-            print(f"mpirl: ranks {config.rank_ranges(cfg)}", flush=True)
-            if len(set(hosts)) > 1:
-                print(f"mpirl: nodes {config.placement(cfg, hosts)}", flush=True)
-            print(f"mpirl: {preflight.data.describe(cfg.task.name)}", flush=True)
-            if notice := transport_notice():
-                print(f"mpirl: {notice}", file=sys.stderr, flush=True)
-            if resume is not None:
-                print(f"mpirl: resuming from {resume.path} ({resume.steps_done} steps done)", flush=True)
-            elif notice := fresh_start_notice(cfg, resume):
-                print(f"mpirl: {notice}", file=sys.stderr, flush=True)
-        except (config.ConfigError, BackendError) as e:
-            problem = (EXIT_CONFIG, str(e))
-        except Exception:  # noqa: BLE001 - a crash here must still release the other ranks
-            import traceback
-
-            traceback.print_exc()
-            problem = (1, "preparing the data failed (traceback above)")
+        prepared, resume, problem = _prepare_on_rank_0(cfg, hosts)
     else:
-        from launch.warm import unused_optional_packages, warm_imports
-
-        # While rank 0 prepares the data.
-        warm_imports(role, cfg.world.generator.engine, hide=unused_optional_packages(cfg))
-    tokenizer = (preflight.tokenizer_class, preflight.stop_ids) if preflight is not None else (None, ())
+        _warm_imports(cfg)  # while rank 0 prepares the data
+    tokenizer = (prepared.tokenizer_class, prepared.stop_ids) if prepared is not None else (None, ())
     wait_for_all(world)  # asleep, not spinning, while rank 0 prepares the data and the others import
     problem, resume, (tokenizer_class, stop_ids) = world.bcast((problem, resume, tokenizer), root=0)
     if problem is not None:
-        code, message = problem
-        if code == EXIT_CONFIG:
-            _fail_config(f"{args.config}: {message}")
-        if world.Get_rank() == 0:
-            print(f"mpirl: {message}", file=sys.stderr, flush=True)
-        sys.exit(code)
-
+        _stop(problem, config_path)
     if world.Get_rank() == 0:  # every rank has read the role map: its copy for report and advise
-        from launch.run_folder import record_role_map
-        from runtime.spans import clear_spans
+        _record_run(cfg, config_path)
+    else:
+        from launch.builders import Prepared
 
-        # Before any rank starts its span file (after the collective set-up, which waits for
-        # this rank): an earlier start's files, of ranks this start may not have, would mix in.
-        clear_spans(cfg.run.out)
+        prepared = Prepared(tokenizer_class=tokenizer_class, stop_ids=stop_ids)
+    return prepared, resume
 
-        try:
-            record_role_map(args.config, cfg.run.out)
-        except OSError as e:  # the run's own files matter more than this copy
-            print(f"mpirl: warning: could not copy the role map into {cfg.run.out}: {e}", file=sys.stderr, flush=True)
-    if world.Get_rank() != 0:
-        from launch.job import Preflight
 
-        preflight = Preflight(tokenizer_class=tokenizer_class, stop_ids=stop_ids)
-    prepared = time.time()
-    from launch.job import MODEL_ROLES, run_rank
+def _prepare_on_rank_0(cfg: RoleMap, hosts: list[str]) -> tuple:
+    """(what rank 0 prepared, the resume, the problem as (exit code, message) or None)."""
+    from launch.builders import prepare_controller
+    from launch.resume import find_resume
+    from roles.observe.backends import BackendError
+
+    prepared, resume = None, None
+    try:
+        resume = find_resume(cfg)
+        prepared = prepare_controller(cfg, resume)
+        _announce(cfg, hosts, prepared, resume)
+    except (ConfigError, BackendError) as e:
+        return prepared, resume, (EXIT_CONFIG, str(e))
+    except Exception:  # noqa: BLE001 - a crash here must still release the other ranks
+        import traceback
+
+        traceback.print_exc()
+        return prepared, resume, (1, "preparing the data failed (traceback above)")
+    return prepared, resume, None
+
+
+def _announce(cfg: RoleMap, hosts: list[str], prepared, resume) -> None:
+    """The job's opening lines: who runs where, the data, the transport, where it starts from."""
+    from launch.resume import fresh_start_notice
+    from transports.choose import transport_notice
+
+    print(f"mpirl: ranks {ranks.rank_ranges(cfg)}", flush=True)
+    if len(set(hosts)) > 1:
+        print(f"mpirl: nodes {ranks.placement(cfg, hosts)}", flush=True)
+    print(f"mpirl: {prepared.data.describe(cfg.task.name)}", flush=True)
+    if notice := transport_notice():
+        print(f"mpirl: {notice}", file=sys.stderr, flush=True)
+    if resume is not None:
+        print(f"mpirl: resuming from {resume.path} ({resume.steps_done} steps done)", flush=True)
+    elif notice := fresh_start_notice(cfg, resume):
+        print(f"mpirl: {notice}", file=sys.stderr, flush=True)
+
+
+def _warm_imports(cfg: RoleMap) -> None:
+    from launch.warm import unused_optional_packages, warm_imports
+
+    role = cfg.world.roles_by_rank()[MPI.COMM_WORLD.Get_rank()]
+    warm_imports(role, cfg.world.generator.engine, hide=unused_optional_packages(cfg))
+
+
+def _stop(problem: tuple[int, str], config_path: str) -> None:
+    """Every rank leaves with rank 0's verdict; rank 0 alone says why."""
+    code, message = problem
+    if code == EXIT_CONFIG:
+        _fail_config(f"{config_path}: {message}")
+    if MPI.COMM_WORLD.Get_rank() == 0:
+        print(f"mpirl: {message}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def _record_run(cfg: RoleMap, config_path: str) -> None:
+    from launch.run_folder import record_role_map
+    from runtime.spans import clear_spans
+
+    # Before any rank starts its span file (after the collective set-up, which waits for
+    # this rank): an earlier start's files, of ranks this start may not have, would mix in.
+    clear_spans(cfg.run.out)
+
+    try:
+        record_role_map(config_path, cfg.run.out)
+    except OSError as e:  # the run's own files matter more than this copy
+        print(f"mpirl: warning: could not copy the role map into {cfg.run.out}: {e}", file=sys.stderr, flush=True)
+
+
+def _run(cfg: RoleMap, config_path: str, prepared, resume, startup_at: tuple[float, float]) -> None:
+    """This rank's actor, its start-up phases on its timeline; then the process ends with its code."""
+    entered, prepared_at = startup_at
+    from launch.distributed import MODEL_ROLES
+    from launch.job import run_rank
     from runtime.preemption import EXIT_RESUMABLE, exit_code_of
+    from runtime.spans import process_started_at
 
-    if role in MODEL_ROLES:
+    if cfg.world.roles_by_rank()[MPI.COMM_WORLD.Get_rank()] in MODEL_ROLES:
         import torch.distributed  # noqa: F401 - here, so start.imports holds what warm imports did not
 
     # The start-up so far, as spans of this rank's timeline (runtime/spans.py):
     startup = [
         ("start.python", process_started_at(), entered),  # the interpreter, mpi4py, MPI_Init
-        ("start.preflight", entered, prepared),  # the role map; rank 0 prepares the data, the others import
-        ("start.imports", prepared, time.time()),
+        ("start.preflight", entered, prepared_at),  # the role map; rank 0 prepares the data, the others import
+        ("start.imports", prepared_at, time.time()),
     ]
-    code = exit_code_of(run_rank(cfg, args.config, preflight, resume, startup=startup))
+    code = exit_code_of(run_rank(cfg, config_path, prepared, resume, startup=startup))
     from launch import fast_exit
 
     if code == EXIT_RESUMABLE:

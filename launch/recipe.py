@@ -17,20 +17,21 @@ from pathlib import Path
 
 import yaml
 
-from launch import config as config_lib
+from launch import preflight
 from launch.cli import mpiexec_command
+from launch.role_map_file import load_yaml
 from roles.observe.progress import PROGRESS_ENV, launcher_env
 
 
 def write_config(base_config: str | Path, out_dir: str | Path, overrides: dict) -> Path:
     """A copy of ``base_config`` with ``overrides`` (``{"run": {"steps": 5}}``) merged in."""
-    data = config_lib.load_yaml(Path(base_config).read_text())
+    data = load_yaml(Path(base_config).read_text())
     merged = merge_overrides(copy.deepcopy(data), overrides)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "config.yaml"
     path.write_text(yaml.safe_dump(merged, sort_keys=False))
-    config_lib.load(path)  # fail here, with the field named, rather than inside mpirun
+    preflight.load(path)  # fail here, with the field named, rather than inside mpirun
     return path
 
 
@@ -48,7 +49,7 @@ def run_job(
     config_path: str | Path, timeout_s: float | None = None, quiet: bool = False, extra_env: dict | None = None
 ) -> float:
     """Run a role map under mpiexec; return its wall time. Raises if the job fails or times out."""
-    cfg = config_lib.load(config_path)
+    cfg = preflight.load(config_path)
     cmd, env = mpiexec_command(cfg.world.size, [sys.executable, "-m", "launch", str(config_path)])
     env.setdefault("OMP_NUM_THREADS", "1")
     if not quiet and PROGRESS_ENV not in env:  # a bar if our stdout is a terminal (see roles.observe.progress)

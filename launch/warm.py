@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-# The modules each role's build imports (launch/job.py), the slowest first.
+# The modules each role's build imports (launch/builders.py), the slowest first.
 _BY_ROLE = {
     "generator": ["launch.job", "roles.generator"],
     "trainer": [

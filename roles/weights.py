@@ -1,6 +1,6 @@
 """The weight path from training ranks to generators: its settings, and the transport built from them.
 
-Collective over the ranks that hold a model (launch/job.py's ``model_comm``): each calls
+Collective over the ranks that hold a model (launch/distributed.py's ``model_comm``): each calls
 :func:`build_weight_transport` (the transfer-plan exchange involves all of them); colocated
 ranks pass neither shards nor a need and get None. The handshake that drives the transport
 each step is ``roles.protocol``'s.

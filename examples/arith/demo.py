@@ -17,8 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout, not installed
 
 from examples.arith import prepare as arith  # noqa: E402
-from launch import config as config_lib  # noqa: E402
-from launch import recipe  # noqa: E402
+from launch import preflight, recipe  # noqa: E402
 
 
 def main() -> None:
@@ -38,7 +37,7 @@ def main() -> None:
     before = arith.heldout_accuracy(models / "sft", seed=args.seed)
     print(f"   held-out accuracy after SFT: {before:.3f}", flush=True)
 
-    base = config_lib.load(args.config)
+    base = preflight.load(args.config)
     name = args.name or Path(base.run.out).name
     out = Path("runs") / name
     overrides: dict = {"model": {"path": str(models / "sft")}, "run": {"out": str(out), "seed": args.seed}}
@@ -49,7 +48,7 @@ def main() -> None:
     if args.engine is not None:
         overrides["world"] = {"generator": {"engine": args.engine}}
     cfg_path = recipe.write_config(args.config, out, overrides)
-    cfg = config_lib.load(cfg_path)
+    cfg = preflight.load(cfg_path)
 
     print(
         f"== RL: {cfg.run.steps} steps, {recipe.mode_name(cfg)}, {cfg.world.size} ranks (mpirl run {cfg_path})",

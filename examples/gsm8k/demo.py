@@ -21,8 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout, not installed
 
 from examples.gsm8k import prepare as gsm8k  # noqa: E402
-from launch import config as config_lib  # noqa: E402
-from launch import recipe  # noqa: E402
+from launch import preflight, recipe  # noqa: E402
+from launch.role_map_file import load_yaml  # noqa: E402
 
 
 def main() -> None:
@@ -45,7 +45,7 @@ def main() -> None:
         flush=True,
     )
 
-    base = config_lib.load_yaml(Path(args.config).read_text())
+    base = load_yaml(Path(args.config).read_text())
     name = args.name or Path(base["run"]["out"]).name
     out = Path("runs") / name
     task = gsm8k.task_section(root / "data")
@@ -57,7 +57,7 @@ def main() -> None:
     if args.steps is not None:
         overrides["run"]["steps"] = args.steps
     cfg_path = recipe.write_config(args.config, out, overrides)
-    cfg = config_lib.load(cfg_path)
+    cfg = preflight.load(cfg_path)
 
     print(
         f"== RL: {cfg.run.steps} steps, {recipe.mode_name(cfg)}, {cfg.world.size} ranks, "

@@ -4,6 +4,10 @@ Is it learning, and where does the time go? ``report.md`` has a table of the run
 side (status, totals, reward and eval figures, key settings), the figures beside it
 (``figures.py``: several runs on one axis, so a speed-up shows) and a few generations.
 Runs may be finished, still going, or resumed (``runs.py`` reads them tolerantly).
+
+Holds the report only: reading run folders (``runs.py``), drawing (``figures.py``), the page
+(``page.py``). Knows nothing of a live job: it reads the files a run left (``run.out``),
+imports nothing that starts MPI or loads a model, and works on runs whose ranks are gone.
 """
 
 from __future__ import annotations

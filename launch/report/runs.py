@@ -174,10 +174,10 @@ def read_config(path: Path) -> tuple[dict | None, list[str]]:
         return None, []
     import yaml
 
-    # Read as the launcher reads a role map (launch.config.load_yaml): 1e-5 is a number, and a key
+    # Read as the launcher reads a role map (launch.role_map_file.load_yaml): 1e-5 is a number, and a key
     # written twice is an error, not the last one silently winning (advise would size the
     # layout from a second world: block the run never had).
-    from launch.config import load_yaml
+    from launch.role_map_file import load_yaml
 
     try:
         value = load_yaml(path.read_text())

@@ -13,7 +13,7 @@ def make_engine(
     ``module``: an in-memory model the torch engine samples with directly (colocated mode).
     ``stop_ids``: the tokenizer's EOS, which ends a response too (a chat template's end of
     turn), as in vLLM; None: read from the model folder's tokenizer. A job passes the one the
-    controller's preflight found (launch/job.py), so generators do not load the tokenizer.
+    controller's preflight found (launch/builders.py), so generators do not load the tokenizer.
     """
     if config.engine == "torch":
         from roles.engines.torch_engine import TorchEngine

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from launch import recipe
+from launch import preflight, recipe
 from launch.cli import mpiexec_command
 from support.jobs import CONFIG, run_job_capturing, run_timed
 from support.paths import REPO
@@ -142,7 +142,7 @@ def test_a_stopped_rank_is_found_and_named_within_the_liveness_bound(tmp_path, s
             "run": {"out": str(out), "steps": 10000, "progress": False, "liveness_timeout_s": bound_s},
         },
     )
-    cfg = recipe.config_lib.load(cfg_path)
+    cfg = preflight.load(cfg_path)
     cmd, env = mpiexec_command(cfg.world.size, [sys.executable, "-m", "launch", str(cfg_path)])
     env.update({"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)})
     job = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

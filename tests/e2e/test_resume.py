@@ -20,7 +20,7 @@ import pytest
 from safetensors.torch import load_file
 
 from examples.arith import prepare as arith
-from launch import recipe
+from launch import preflight, recipe
 from launch.cli import mpiexec_command
 from support.paths import REPO
 
@@ -50,7 +50,7 @@ def _config(run_dir: Path, sft_model: Path, staleness: int, **extra) -> Path:
 
 def _kill_after_checkpoint(config: Path, run_dir: Path, steps_done: int) -> None:
     """Start the job and SIGKILL all of it once the checkpoint after ``steps_done`` steps is complete."""
-    cfg = recipe.config_lib.load(config)
+    cfg = preflight.load(config)
     cmd, env = mpiexec_command(cfg.world.size, [sys.executable, "-m", "launch", str(config)])
     env["PYTHONPATH"] = str(REPO)
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)

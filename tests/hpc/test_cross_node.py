@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from launch import recipe
+from launch import preflight, recipe
 from support.cluster import VirtualCluster, unavailable_reason
 from support.jobs import CONFIG, run_timed
 from support.mpi_helpers import find_mpirun, mpi_env
@@ -46,7 +46,7 @@ def run_job(cluster, tmp_path, sft_model, slots, overrides: dict, env_extra: dic
     out = tmp_path / "run"
     base = {"model": {"path": str(sft_model)}, "run": {"out": str(out), "progress": False}}
     cfg_path = recipe.write_config(CONFIG, out, recipe.merge_overrides(base, overrides))
-    size = recipe.config_lib.load(cfg_path).world.size
+    size = preflight.load(cfg_path).world.size
     cmd = launch_cmd(cluster, size, slots, [sys.executable, "-m", "launch", str(cfg_path)])
     env = mpi_env(env_extra)
     return cmd, env, out

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from launch import recipe
+from launch import preflight
 from launch.cli import mpiexec_command
 from support.paths import REPO
 
@@ -20,7 +20,7 @@ JOB_TIMEOUT_S = 600
 
 def run_job_capturing(cfg_path: Path, env_extra: dict) -> subprocess.CompletedProcess:
     """The job under mpiexec with stdout a pipe (not a terminal), as in a Slurm log."""
-    cfg = recipe.config_lib.load(cfg_path)
+    cfg = preflight.load(cfg_path)
     cmd, env = mpiexec_command(cfg.world.size, [sys.executable, "-m", "launch", str(cfg_path)])
     env.update({"OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO), **env_extra})
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=JOB_TIMEOUT_S)

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from launch import config
+from launch import preflight
 from support.model_folders import write_placeholder_weights
 from support.mpi_helpers import REPO
 
@@ -80,7 +80,7 @@ def test_recipe_passes_mpirl_check(recipe, stand_in_model, tmp_path):
     )
     assert out.returncode == 0, out.stderr
     assert f"task {kind}: 30 train / 30 eval examples" in out.stdout
-    cfg = config.load(path)
+    cfg = preflight.load(path)
     assert cfg.model.dtype == "bfloat16" and cfg.world.generator.engine == "vllm"
     assert cfg.eval.enabled and cfg.world.size == sum(cfg.world.counts().values())
 

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from launch import config
+from launch import config, preflight
 from launch.config import ConfigError
 from support.mpi_helpers import REPO
 
@@ -41,20 +41,6 @@ def error_of(cfg: dict) -> str:
     return text
 
 
-def test_valid_config_and_rank_table(base_config):
-    cfg = config.parse(base_config)
-    assert cfg.world.size == 4
-    assert cfg.world.roles_by_rank() == ["controller", "generator", "reward", "trainer"]
-    table = config.rank_table(cfg).splitlines()
-    assert table[0].split() == ["rank", "role", "index"]
-    assert [row.split() for row in table[1:]] == [
-        ["0", "controller", "0"],
-        ["1", "generator", "0"],
-        ["2", "reward", "0"],
-        ["3", "trainer", "0"],
-    ]
-
-
 def test_shorthand_and_long_form_agree(base_config):
     short = config.parse(mutate(base_config, "world.generator", 2))
     long = config.parse(mutate(base_config, "world.generator", {"ranks": 2}))
@@ -63,7 +49,7 @@ def test_shorthand_and_long_form_agree(base_config):
 
 
 def test_load_from_yaml_file(base_config, write_config):
-    cfg = config.load(write_config(base_config))
+    cfg = preflight.load(write_config(base_config))
     assert cfg.run.steps == base_config["run"]["steps"]
 
 
@@ -130,12 +116,7 @@ def test_learning_rate_as_users_write_it_in_yaml(base_config, write_config, text
     # PyYAML reads 1e-5 (no dot) as a string; the role-map loader reads it as a number
     path = write_config(mutate(base_config, "algorithm.lr", "PLACEHOLDER"))
     path.write_text(path.read_text().replace("PLACEHOLDER", text))
-    assert config.load(path).algorithm.lr == pytest.approx(value)
-
-
-def test_yaml_strings_stay_strings():
-    data = config.load_yaml("a: 1e-5\nb: e5\nc: '1e-5'\nd: 1.2.3\ne: 12\nf: true\n")
-    assert data == {"a": 1e-5, "b": "e5", "c": "1e-5", "d": "1.2.3", "e": 12, "f": True}
+    assert preflight.load(path).algorithm.lr == pytest.approx(value)
 
 
 # -------------------------------------------------------------- non-positive sizes
@@ -262,37 +243,13 @@ def test_zero_controllers(base_config):
     assert "world.controller" in error_of(mutate(base_config, "world.controller", 0))
 
 
-# ---------------------------------------------------------------------- rank count
-
-
-@pytest.mark.parametrize("size", [1, 3, 5])
-def test_wrong_rank_count(base_config, size):
-    cfg = config.parse(base_config)
-    config.check_world_size(cfg, 4, "roles.yaml")  # the right count passes
-    with pytest.raises(ConfigError) as info:
-        config.check_world_size(cfg, size, "roles.yaml")
-    text = str(info.value)
-    assert text.startswith("roles.yaml: world: ")
-    assert "4 ranks" in text and f"has {size}" in text and "mpirun -n 4" in text
-
-
 # -------------------------------------------------------------------- the file
-
-
-def test_missing_file(tmp_path):
-    with pytest.raises(ConfigError, match="no role-map file at"):
-        config.load(tmp_path / "nope.yaml")
-
-
-def test_invalid_yaml(write_config):
-    with pytest.raises(ConfigError, match="not valid YAML"):
-        config.load(write_config("world: {controller: 1\nrun: [\n"))
 
 
 @pytest.mark.parametrize("text", ["- 1\n- 2\n", "just a string\n", ""])
 def test_top_level_is_not_a_mapping(write_config, text):
     with pytest.raises(ConfigError, match="a role map is a YAML mapping"):
-        config.load(write_config(text))
+        preflight.load(write_config(text))
 
 
 def test_errors_are_config_errors_not_pydantic(base_config):
@@ -328,26 +285,6 @@ def test_prompts_must_split_evenly_over_trainers(base_config):
     base_config["rollout"]["prompts_per_step"] = 4
     with pytest.raises(ConfigError, match=r"rollout.prompts_per_step \(4\) must divide evenly over the 3"):
         config.parse(base_config)
-
-
-def test_the_rank_ranges_line_names_every_rank_once(base_config):
-    raw = copy.deepcopy(base_config)
-    raw["world"] = {"controller": 1, "generator": {"ranks": 3}, "reward": 1, "trainer": 2}
-    raw["rollout"]["prompts_per_step"] = 4
-    assert config.rank_ranges(config.parse(raw)) == "0 controller, 1-3 generator, 4 reward, 5-6 trainer"
-
-
-def test_the_placement_line_groups_each_nodes_ranks_and_roles(base_config):
-    raw = copy.deepcopy(base_config)
-    raw["world"] = {"controller": 1, "generator": {"ranks": 3}, "reward": 1, "trainer": 2}
-    raw["rollout"]["prompts_per_step"] = 4
-    cfg = config.parse(raw)
-    # Round-robin mapping (--map-by node) interleaves a node's ranks.
-    hosts = ["a", "b", "a", "b", "a", "b", "a"]
-    assert config.placement(cfg, hosts) == (
-        "a: 0,2,4,6 controller, generator, reward, trainer; b: 1,3,5 generator, trainer"
-    )
-    assert config.placement(cfg, ["a"] * 4 + ["b"] * 3) == "a: 0-3 controller, generator; b: 4-6 reward, trainer"
 
 
 def test_one_sample_per_prompt_is_refused_as_learning_nothing(base_config):
@@ -393,8 +330,8 @@ def test_a_read_only_run_folder_is_refused_by_check_and_launch(base_config, tmp_
     cfg_path = tmp_path / "config.yaml"
     cfg_path.write_text(yaml.safe_dump(raw))
     probe = (
-        "import sys; from launch import config; from launch.run_folder import check_run_folder\n"
-        "cfg = config.load(sys.argv[1])\n"
+        "import sys; from launch import config, preflight; from launch.run_folder import check_run_folder\n"
+        "cfg = preflight.load(sys.argv[1])\n"
         "for create in (False, True):\n"
         "    try:\n"
         "        check_run_folder(cfg, create=create)\n"
@@ -430,26 +367,6 @@ def test_the_stall_bound_must_exceed_the_reward_timeout(base_config):
     assert config.parse(raw).run.stall_timeout_s == 0
 
 
-@pytest.mark.parametrize(
-    "text, key, lines",
-    [
-        ("run: {steps: 5, seed: 1}\nworld: {controller: 1}\nrun:\n  steps: 7\n", "run", (1, 3)),
-        ("run:\n  steps: 3\n  steps: 7\n", "steps", (2, 3)),
-    ],
-)
-def test_a_key_written_twice_is_refused_naming_both_lines(tmp_path, text, key, lines):
-    # PyYAML keeps the last: a second run: block replaced the first one whole, silently.
-    path = tmp_path / "job.yaml"
-    path.write_text(text)
-    with pytest.raises(ConfigError, match=rf"duplicate key '{key}' \(first at line {lines[0]}\) at line {lines[1]}"):
-        config.read_yaml_file(path)
-
-
-def test_a_merge_may_still_be_overridden():
-    data = config.load_yaml("base: &b {lr: 1.0e-5, rho: 4.0}\nalgorithm:\n  <<: *b\n  rho: 2.0\n")
-    assert data["algorithm"] == {"lr": 1e-5, "rho": 2.0}
-
-
 def test_kv_cache_gib_is_a_vllm_option_and_reaches_the_engine(base_config, monkeypatch):
     text = error_of(mutate(base_config, "world.generator", {"ranks": 1, "kv_cache_gib": 4}))
     assert "world.generator" in text and "kv_cache_gib (4.0) applies to engine: vllm only" in text, text
@@ -477,8 +394,3 @@ def test_a_path_too_long_to_look_at_is_refused_naming_its_field(base_config, dot
         text = error_of(mutate(base_config, "task", {"name": "gsm8k", "train_files": [long]}))
     assert dotted in text and "File name too long" in text, text
     assert len(text) < 1000, "the path is shortened in the message"
-
-
-def test_a_role_map_path_too_long_is_a_config_error():
-    with pytest.raises(config.ConfigError, match="cannot look for a role-map file.*File name too long"):
-        config.load("r" * 5000 + ".yaml")

@@ -2,10 +2,10 @@
 
 Valid role maps are mutated the ways a user gets them wrong: a value of the wrong type, out of
 range, non-finite, an odd string; a key unknown or missing; a section nested in a list or
-replaced by a scalar. ``config.parse`` must never raise anything but ``ConfigError`` and the
-error must name where the problem is. The file-level checks (bytes that are not UTF-8, deep
-nesting, alias bombs, a huge file, a top level that is not a mapping) go through
-``config.load``, as ``mpirl check`` and the launch read a file.
+replaced by a scalar. ``preflight.parse`` (the schema's checks, then the machine's) must never
+raise anything but ``ConfigError`` and the error must name where the problem is. The file-level
+checks (bytes that are not UTF-8, deep nesting, alias bombs, a huge file) are
+``test_role_map_file.py``'s.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from launch import config
+from launch import config, preflight
+from launch.role_map_file import load_yaml
 
 # One role map per shape the schema has: the 4-rank default, sharded trainers with two
 # generators, the colocated baseline, one with eval, checkpoints and logging.
@@ -132,7 +133,7 @@ def model_path(tmp_path_factory) -> str:
 
 def test_the_seed_role_maps_are_valid(model_path):
     for data in VALID:
-        config.parse({**copy.deepcopy(data), "model": {"path": model_path}})
+        preflight.parse({**copy.deepcopy(data), "model": {"path": model_path}})
 
 
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -140,7 +141,7 @@ def test_the_seed_role_maps_are_valid(model_path):
 def test_a_mutated_role_map_is_valid_or_refused_naming_a_field(model_path, data):
     raw = data.draw(mutated_role_maps(model_path))
     try:
-        config.parse(raw)
+        preflight.parse(raw)
     except config.ConfigError as e:
         assert names_a_field(str(e), raw), str(e)
         assert "Traceback" not in str(e)
@@ -150,48 +151,9 @@ def test_a_mutated_role_map_is_valid_or_refused_naming_a_field(model_path, data)
 @given(value=VALUES)
 def test_anything_at_the_top_level_is_refused_cleanly(value):
     try:
-        config.parse(value)
+        preflight.parse(value)
     except config.ConfigError as e:
         assert names_a_field(str(e), value), str(e)
-
-
-# ------------------------------------------------------------------ the file itself
-
-
-@pytest.mark.parametrize(
-    "content, message",
-    [
-        (b"run: {steps: 3}\nmodel: {path: \xff\xfe}\n", "not UTF-8 text (byte 30 is 0xff)"),
-        (b"[" * 20000 + b"]" * 20000, "nested"),
-        (b"a: " + b"[" * 200 + b"]" * 200, "nested more than"),
-        (
-            b"a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
-            b"c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
-            b"e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: [*e, *e, *e, *e, *e, *e, *e, *e, *e, *e]\n",
-            "expands to more than",
-        ),
-        (b"- just\n- a list\n", "a role map is a YAML mapping, got list"),
-        (b"42\n", "a role map is a YAML mapping, got int"),
-        (b"", "a role map is a YAML mapping, got NoneType"),
-        (b"run: {steps: 3\n", "not valid YAML"),
-        (b"? [a, b]\n: 1\n", "not valid YAML: found unhashable key at line 1, column 3 (while constructing a mapping)"),
-        (b"run: {steps: 3\n", "not valid YAML: expected ',' or '}', but got '<stream end>' at line 2, column 1"),
-    ],
-)
-def test_a_broken_file_is_one_clear_line(tmp_path, content, message):
-    path = tmp_path / "bad.yaml"
-    path.write_bytes(content)
-    with pytest.raises(config.ConfigError) as e:
-        config.load(path)
-    assert message in str(e.value) and str(path) in str(e.value)
-    assert "\n" not in str(e.value)  # one line
-
-
-def test_a_huge_file_is_refused_before_it_is_read(tmp_path):
-    path = tmp_path / "huge.yaml"
-    path.write_bytes(b"# padding\n" * (config.MAX_FILE_BYTES // 10 + 1))
-    with pytest.raises(config.ConfigError, match="a role map is at most"):
-        config.load(path)
 
 
 @pytest.mark.parametrize("text", [".inf", "-.inf", ".nan", "1e999"])
@@ -199,7 +161,7 @@ def test_non_finite_numbers_are_refused_where_a_number_is_read(tmp_path, model_p
     for field in ("algorithm: {lr: %s}", "run: {steps: 3, timeout_s: %s}", "rollout: {temperature: %s}"):
         base = copy.deepcopy(VALID[0])
         section, _, rest = (field % text).partition(": ")
-        raw = config.load_yaml(f"{section}: {rest}")
+        raw = load_yaml(f"{section}: {rest}")
         base.setdefault(section, {}).update(raw[section])
         base["model"] = {"path": model_path}
         with pytest.raises(config.ConfigError, match=rf"{section}\.\w+: .*finite"):

@@ -171,7 +171,7 @@ def test_a_task_whose_data_loading_raises_is_a_config_error_naming_it(base_confi
         prepare_data(cfg)
 
 
-# ------------------------------------------------------------------ eval and context
+# ----------------------------------------------------------------------------- eval
 
 
 def test_eval_section(base_config):
@@ -183,19 +183,6 @@ def test_eval_section(base_config):
     refused(base_config, r"eval\.every_steps", eval={"every_steps": -1})
     refused(base_config, r"eval\.examples", eval={"examples": 0})
     refused(base_config, r"eval\.temperature", eval={"temperature": 0})
-
-
-def test_prompt_and_response_must_fit_the_models_context(base_config, dummy_model):
-    (dummy_model / "config.json").write_text(json.dumps({"model_type": "llama", "max_position_embeddings": 64}))
-    assert parse(base_config).prompt_token_limit() == 64 - 4
-    assert parse(base_config, eval={"max_new_tokens": 10}).prompt_token_limit() == 64 - 10
-    refused(
-        base_config,
-        r"task\.max_prompt_tokens \(62\) \+ rollout\.max_new_tokens \(4\) exceeds .* 64",
-        task={"name": "arith", "max_prompt_tokens": 62},
-    )
-    refused(base_config, r"eval\.max_new_tokens \(64\) leaves no room", eval={"max_new_tokens": 64})
-    assert parse(base_config, task={"name": "arith", "max_prompt_tokens": 60}).prompt_token_limit() == 60
 
 
 # ------------------------------------------------------------------------ the data

@@ -13,7 +13,7 @@ import pytest
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from launch import config, model_files
+from launch import config, model_files, preflight
 from launch.data import prepare_data
 from launch.model_files import WeightFileError, check_weight_files, read_header
 from support.mpi_helpers import REPO
@@ -169,7 +169,7 @@ def test_torch_format_weights_are_left_to_their_loader(tmp_path, name):
 
 def test_an_unknown_model_type_is_refused_with_the_close_names(base_config, dummy_model):
     (dummy_model / "config.json").write_text('{"model_type": "lama"}')
-    cfg = config.parse(base_config)
+    cfg = preflight.parse(base_config)
     with pytest.raises(
         config.ConfigError, match=r"model_type 'lama' is not one this transformers knows \(close: llama"
     ):
@@ -209,10 +209,10 @@ def test_a_transformers_that_cannot_tell_refuses_no_type(monkeypatch, tmp_path):
 def test_vllm_generators_need_safetensors(base_config, dummy_model):
     (dummy_model / "model.safetensors").unlink()
     (dummy_model / "pytorch_model.bin").write_bytes(b"not read here")
-    prepare_data(config.parse(base_config))  # the torch engine loads it
+    prepare_data(preflight.parse(base_config))  # the torch engine loads it
     base_config["world"]["generator"] = {"ranks": 1, "engine": "vllm"}
     with pytest.raises(config.ConfigError, match=r"^world\.generator\.engine: vllm reads safetensors weights"):
-        prepare_data(config.parse(base_config))
+        prepare_data(preflight.parse(base_config))
 
 
 # ------------------------------------------------------------ the preflight and mpirl check
@@ -221,7 +221,7 @@ def test_vllm_generators_need_safetensors(base_config, dummy_model):
 def test_the_preflight_refuses_a_truncated_file_naming_it(base_config, dummy_model):
     f = write_weights(dummy_model / "model.safetensors")
     _truncate(f)
-    cfg = config.parse(base_config)  # the role map's own checks pass: sizing just has no estimate
+    cfg = preflight.parse(base_config)  # the role map's own checks pass: sizing just has no estimate
     with pytest.raises(config.ConfigError, match=rf"^model\.path: {f}: truncated: its header says"):
         prepare_data(cfg)
 
@@ -241,7 +241,7 @@ def test_the_preflight_refuses_a_config_json_no_loader_can_use(base_config, dumm
     # Before the tokenizer: its loader failed on these as "cannot load a tokenizer", or (no
     # model_type) passed, and every model rank stopped later with a traceback.
     (dummy_model / "config.json").write_bytes(content)
-    cfg = config.parse(base_config)
+    cfg = preflight.parse(base_config)
     with pytest.raises(config.ConfigError, match=rf"^model\.path: {dummy_model / 'config.json'}: {problem}"):
         prepare_data(cfg)
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from launch import config, sizing
+from launch import config, preflight, sizing
 
 GIB = 1 << 30
 
@@ -16,7 +16,7 @@ def parse(base, **sections):
     raw = copy.deepcopy(base)
     for key, value in sections.items():
         raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
-    return config.parse(raw)
+    return preflight.parse(raw)
 
 
 @pytest.fixture

@@ -73,14 +73,14 @@ def test_a_hidden_package_is_not_imported_by_transformers_and_imports_after(hide
 
 def test_the_rule_reads_a_real_role_map(tmp_path):
     # The fields it reads, as the role map's own sections hold them (not stand-ins).
-    from launch import config, recipe
+    from launch import preflight, recipe
 
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"model_type": "llama"}))
     base = REPO / "examples/arith/async.yaml"
-    cfg = config.load(recipe.write_config(base, tmp_path / "plain", {"model": {"path": str(model)}}))
+    cfg = preflight.load(recipe.write_config(base, tmp_path / "plain", {"model": {"path": str(model)}}))
     assert warm.unused_optional_packages(cfg) == ("torchao",)
     int8 = {"model": {"path": str(model)}, "world": {"generator": {"quantization": "int8"}}}
-    cfg = config.load(recipe.write_config(base, tmp_path / "int8", int8))
+    cfg = preflight.load(recipe.write_config(base, tmp_path / "int8", int8))
     assert warm.unused_optional_packages(cfg) == ()

@@ -215,17 +215,17 @@ def test_the_context_is_read_under_each_familys_name(tmp_path):
 
 
 def test_gpt2s_context_limits_the_prompts(base_config, tmp_path):
-    from launch import config
+    from launch import config, preflight
 
     d = tmp_path / "gpt2"
     d.mkdir()
     (d / "config.json").write_text(json.dumps({"model_type": "gpt2", "n_positions": 256}))
     base_config["model"]["path"] = str(d)
     base_config["rollout"]["max_new_tokens"] = 200
-    assert config.parse(base_config).prompt_token_limit() == 56
+    assert preflight.parse(base_config).prompt_token_limit() == 56
     base_config["rollout"]["max_new_tokens"] = 256
     with pytest.raises(config.ConfigError, match="leaves no room for a prompt in the model's context of 256"):
-        config.parse(base_config)
+        preflight.parse(base_config)
 
 
 def _error(**kw) -> str:

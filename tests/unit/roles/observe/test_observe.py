@@ -195,7 +195,7 @@ def test_a_resumed_run_log_drops_the_lines_past_its_checkpoint(tmp_path):
 def test_a_missing_backend_package_is_a_config_error_naming_it(monkeypatch, base_config):
     import copy
 
-    from launch import config
+    from launch import config, preflight
 
     real = backends_lib.importlib.util.find_spec
     monkeypatch.setattr(
@@ -204,7 +204,7 @@ def test_a_missing_backend_package_is_a_config_error_naming_it(monkeypatch, base
     raw = copy.deepcopy(base_config)
     raw["logging"] = {"wandb": {"project": "p"}}
     with pytest.raises(config.ConfigError, match=r"logging.*wandb.*'wandb' package is not installed"):
-        config.parse(raw)
+        preflight.parse(raw)
 
 
 def test_logging_settings_that_cannot_work_are_refused(base_config):

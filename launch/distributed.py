@@ -1,0 +1,53 @@
+"""The collective set-up every rank does first, in the same order whatever its role.
+
+1. the role table (splits COMM_WORLD into one communicator per role),
+2. the mailbox (duplicates COMM_WORLD for its messages),
+3. torch.distributed over the ranks that hold a model (trainers, generators, colocated ranks)
+   and the training ranks' group; the controller and reward ranks neither join nor import
+   torch, which saves each of them seconds of CPU at start-up.
+
+Knows nothing of the role map or the actors: ``launch/job.py`` calls it, then builds the actor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mpi4py import MPI
+
+from runtime import Mailbox, RoleTable
+
+
+@dataclass
+class Distributed:
+    """What every rank holds once the collective set-up is done."""
+
+    role_table: RoleTable
+    mailbox: Mailbox
+    train_group: object  # torch process group of the training ranks (None if just one)
+    liveness_comm: MPI.Comm  # heartbeats to the controller (runtime.liveness), apart from the mailbox
+    model_comm: MPI.Comm | None = None  # the ranks that hold a model (the torch world); None elsewhere
+
+
+# The roles whose ranks hold a model: they alone import torch and join torch.distributed.
+MODEL_ROLES = ("trainer", "generator", "colocated")
+
+
+def setup_distributed(comm: MPI.Comm, roles_by_rank: list[str], train_role: str) -> Distributed:
+    """Steps 1-3 above. Collective over ``comm``: every rank calls it, in this order."""
+    table = RoleTable(comm, roles_by_rank)
+    mailbox = Mailbox(table)
+    liveness_comm = comm.Dup()
+    holds_model = table.role in MODEL_ROLES
+    # Ranks of model_comm follow those of comm (key), so torch rank i is the i-th model rank.
+    model_comm = comm.Split(0 if holds_model else MPI.UNDEFINED, key=comm.Get_rank())
+    if not holds_model:
+        return Distributed(table, mailbox, None, liveness_comm)
+    from transports.torch_dist import init_torch_distributed, new_group
+
+    init_torch_distributed(model_comm)
+    model_ranks = [r for r, role in enumerate(roles_by_rank) if role in MODEL_ROLES]
+    train_ranks = [model_ranks.index(r) for r in table.ranks(train_role)]
+    # new_group is collective over the whole torch world, members or not.
+    group = new_group(train_ranks) if len(train_ranks) > 1 else None
+    return Distributed(table, mailbox, group if table.role == train_role else None, liveness_comm, model_comm)
