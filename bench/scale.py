@@ -57,7 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from examples.arith import prepare as arith  # noqa: E402
 from launch import advise, recipe  # noqa: E402
-from launch.trace import read_spans  # noqa: E402
+from launch.tools.trace import read_spans  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[1] / "examples/arith/async.yaml"
 
@@ -215,7 +215,7 @@ def main() -> None:
     model_config["max_position_embeddings"] = max(model_config.get("max_position_embeddings", 0), 1 << 16)
     config_json.write_text(json.dumps(model_config, indent=2))
     # mode -> its first two layouts: what advise predicts from (the first alone for the second,
-    # both, fitted, for the others: launch/advise.py's fit_work)
+    # both, fitted, for the others: launch/tools/advise.py's fit_work)
     reference: dict[str, list[tuple[int, Path]]] = {}
     for g in (int(x) for x in args.generators.split(",") if x):
         for mode in args.modes.split(","):

@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from launch.trace import write_trace  # noqa: E402
+from launch.tools.trace import write_trace  # noqa: E402
 
 START, END = "<!-- perf:start -->", "<!-- perf:end -->"
 

@@ -1,18 +1,17 @@
-"""Entry points: what starts, checks and reads a job. It does four jobs:
+"""Entry points: what starts, checks and reads a job. Four rooms, one per job:
 
-- starting a job: ``python -m launch CONFIG`` on every rank (``main``, ``__main__``) and
-  ``mpirl run`` (``cli``, ``mpi_settings``, ``signal_ready``);
-  the role map's schema (``config``) read from its file (``role_map_file``); each rank's
-  collective set-up (``distributed``), its actor built (``builders``) and run (``job``);
-  who runs where, as printed (``ranks``), the imports warmed meanwhile (``warm``), the
-  rank's quick exit (``fast_exit``);
-- preflight checks, before any work, by ``mpirl check`` and the launch alike: the role map
-  against this machine (``preflight``, ``sizing``), the model's files (``model_files``), the
-  data (``data``), the run folder (``run_folder``), the checkpoint to resume (``resume``);
-  each refusal one line naming the field, exit code 2;
-- offline tools that read a run's folder: ``mpirl report`` (``report/``), ``trace``,
+- starting a job (this folder): ``python -m launch CONFIG`` on every rank (``main``,
+  ``__main__``) and ``mpirl run`` (``cli``, ``mpi_settings``, ``signal_ready``); the role
+  map's schema (``config``) read from its file (``role_map_file``); each rank's collective
+  set-up (``distributed``), its actor built (``builders``) and run (``job``); who runs where,
+  as printed (``ranks``); the imports warmed meanwhile (``warm``); the rank's quick exit
+  (``fast_exit``); the run folder (``run_folder``) and the checkpoint to resume (``resume``);
+- ``preflight/``: the checks before any work, by ``mpirl check`` and the launch alike: the
+  role map against this machine, the memory a rank needs (``sizing``), the model's files
+  (``model_files``), the data (``data``); each refusal one line naming the field, exit 2;
+- ``tools/``: offline tools that read a run's folder: ``mpirl report``, ``trace``,
   ``advise``, ``restarts`` (what ``mpirl run --restarts`` says of a failed attempt);
-- a Python API for the demos, the end-to-end tests and the benchmarks (``recipe``): a role
+- ``recipe``: a Python API for the demos, the end-to-end tests and the benchmarks: a role
   map with overrides, run the way ``mpirl run`` runs it.
 
 Knows nothing of the inside of a role (``roles/``: the RL) nor of how messages travel

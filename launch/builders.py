@@ -32,7 +32,7 @@ class Prepared:
     """What rank 0, the controller's rank, prepared before any rank did any work (launch/main.py).
     The controller holds all of it; the other ranks are sent the tokenizer's class and EOS."""
 
-    data: object = None  # launch.data.PreparedData: the prompts
+    data: object = None  # launch.preflight.data.PreparedData: the prompts
     backends: list = field(default_factory=list)  # the started dashboards (roles.observe.backends)
     tokenizer_class: str | None = None  # roles.tokenizer.class_ref_of the controller's tokenizer
     # Its EOS, where generation stops besides the model's own (the generators need not load
@@ -145,7 +145,7 @@ def prepare_controller(cfg: RoleMap, resume=None) -> Prepared:
     is a ``BackendError``). On rank 0, before any other rank does any work."""
     from pathlib import Path
 
-    from launch.data import prepare_data
+    from launch.preflight.data import prepare_data
     from launch.run_folder import check_run_folder
     from roles.observe.backends import open_backends
 

@@ -88,7 +88,7 @@ def cmd_check(args) -> int:
     cfg = _load_or_exit(args.config)
     data, resume = None, None
     if not args.no_data:
-        from launch.data import prepare_data
+        from launch.preflight.data import prepare_data
         from launch.resume import check_data, find_resume
         from launch.run_folder import check_run_folder
 
@@ -134,7 +134,7 @@ def cmd_run(args) -> int:
     except config.ConfigError as e:
         print(f"mpirl: config error: {args.config}: {e}", file=sys.stderr)
         return config.EXIT_CONFIG
-    from launch.restarts import describe_failure, steps_reached
+    from launch.tools.restarts import describe_failure, steps_reached
     from roles.observe.progress import PROGRESS_ENV, launcher_env
     from runtime.preemption import EXIT_RESUMABLE
 
@@ -225,7 +225,7 @@ def run_forwarding_signals(cmd: list[str], env: dict, ranks: int = 0) -> tuple[i
 
 
 def cmd_trace(args) -> int:
-    from launch.trace import TraceError, write_trace
+    from launch.tools.trace import TraceError, write_trace
 
     notes: list[str] = []
     try:
@@ -241,7 +241,7 @@ def cmd_trace(args) -> int:
 
 
 def cmd_report(args) -> int:
-    from launch.report import ReportError, write_report
+    from launch.tools.report import ReportError, write_report
 
     run_dirs = [Path(d) for d in args.run_dirs]
     # One run: the report goes beside its data; several: here, as it belongs to none of them.
@@ -256,7 +256,7 @@ def cmd_report(args) -> int:
 
 
 def cmd_advise(args) -> int:
-    from launch.advise import advise_from_runs
+    from launch.tools.advise import advise_from_runs
 
     try:
         print(advise_from_runs([Path(d) for d in args.run_dirs], total_ranks=args.ranks))

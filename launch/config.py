@@ -6,7 +6,7 @@ Relative paths are taken from the directory ``mpirun`` was started in.
 
 Knows nothing of the file (``launch/role_map_file.py`` reads it) nor of this machine: the checks
 that read the disk or ask the host (the model's context, the logging packages, memory, the job's
-size) are ``launch/preflight.py``'s, run after these. Each section checks its own fields, as its
+size) are ``launch/preflight/__init__.py``'s, run after these. Each section checks its own fields, as its
 component (``roles.*``) declares them.
 """
 

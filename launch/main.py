@@ -3,7 +3,7 @@
 Every rank parses and validates the file itself (they all read the same file, so they
 all reach the same verdict without talking). On a bad file rank 0 prints the one message
 and every rank exits with code 2, before any collective call could leave a peer waiting.
-Then rank 0 prepares the data (``launch/data.py``) and tells every rank whether it could.
+Then rank 0 prepares the data (``launch/preflight/data.py``) and tells every rank whether it could.
 """
 
 from __future__ import annotations

@@ -115,7 +115,7 @@ def fresh_start_notice(cfg: RoleMap, resume: checkpoint.Resume | None) -> str | 
     """A warning when this start begins afresh in a run folder whose metrics an earlier start
     logged: the run log is then replaced, which a user who raised run.steps to continue a run
     without checkpoints (or with checkpoints elsewhere) would otherwise learn only afterwards."""
-    from launch.restarts import steps_reached
+    from launch.tools.restarts import steps_reached
 
     if resume is not None or not (logged := steps_reached(cfg.run.out)):
         return None

@@ -78,7 +78,7 @@ def main() -> None:
     print(f"   training reward    {first:.3f} -> {last:.3f}  (mean of first / last 10 steps)")
     print(f"   {len(metrics)} steps in {job_s:.1f} s of RL, {summary['wall_s']:.1f} s in all")
     print(f"   metrics: {out / 'metrics.jsonl'}   summary: {out / 'summary.json'}")
-    from launch.report import write_report
+    from launch.tools.report import write_report
 
     print(f"   report:  {write_report([out], out / 'report')}  (curves: mpirl report {out})")
 

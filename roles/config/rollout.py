@@ -11,7 +11,7 @@ from pydantic import Field
 from roles.section import Section
 
 # Bounds far above any real run's, so that a typo (an exponent, a zero too many) is named
-# before any work instead of being found by the OOM killer; launch/sizing.py then checks the
+# before any work instead of being found by the OOM killer; launch/preflight/sizing.py then checks the
 # sizes that pass against the machine's memory.
 MAX_PROMPTS_PER_STEP = 1 << 16
 MAX_SAMPLES_PER_PROMPT = 1 << 10

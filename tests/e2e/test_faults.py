@@ -230,7 +230,7 @@ def test_a_rank_that_raises_is_killed_or_deadlocks_ends_the_job_naming_rank_and_
         time.sleep(0.2)
     assert not left, f"processes of the job were left behind: {left}"
     # However it ended, the run can be traced up to then: the rank at fault's spans are on disk.
-    from launch.trace import read_spans
+    from launch.tools.trace import read_spans
 
     traced = {r["rank"]: r for r in read_spans(out)}
     assert "start.build" in [s["name"] for s in traced[rank]["spans"]], traced.keys()

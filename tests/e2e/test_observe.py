@@ -49,7 +49,7 @@ def test_a_job_feeds_tensorboard_wandb_and_samples_the_same_numbers(tmp_path, sf
             assert tb[name][m["step"]] == pytest.approx(value, rel=1e-6, abs=1e-9), name
 
     # The dashboards are the controller's, and it still imports no torch (start-up).
-    from launch.trace import read_spans
+    from launch.tools.trace import read_spans
 
     assert [r["torch_imported"] for r in read_spans(out) if r["role"] in ("controller", "reward")] == [False, False]
 

@@ -247,7 +247,7 @@ def test_a_second_sigterm_aborts_at_once(tmp_path, sft_model):
 @pytest.mark.slow
 def test_a_run_of_two_trainers_resumes_on_one(tmp_path, sft_model):
     # FSDP2 shards written by two trainers, loaded by one (torch.distributed.checkpoint reshards)
-    from launch.trace import read_spans, write_trace
+    from launch.tools.trace import read_spans, write_trace
 
     run_dir = tmp_path / "run"
     two = _config(run_dir, sft_model, 0, world={"trainer": 2})

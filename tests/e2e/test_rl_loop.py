@@ -118,7 +118,7 @@ def test_sharded_trainers_feed_two_generators(tmp_path, sft_model, transport):
     assert sum(p.numel() for p in model.parameters()) > 500_000
     # Every rank's timeline holds its start-up phases, in order, and the controller's the stop
     # after its last step (bench/scale.py's startup_s and shutdown_s come from them).
-    from launch.trace import read_spans
+    from launch.tools.trace import read_spans
 
     ranks = read_spans(tmp_path / "run")
     assert sorted(r["role"] for r in ranks) == ["controller", "generator", "generator", "reward", "trainer", "trainer"]

@@ -68,7 +68,7 @@ def test_check_refuses_what_the_resume_would_refuse_and_names_the_checkpoint(
     # A run's start-up refuses a resume that would be wrong (launch/resume.py); `mpirl check`
     # of the same file must say so too, not "valid".
     from launch.config import parse
-    from launch.data import prepare_data
+    from launch.preflight.data import prepare_data
     from roles.prompt_stream import PromptStream, fingerprint
 
     base_config["run"].update(steps=8, out=str(write_config("").parent / "run"))

@@ -13,8 +13,8 @@ import math
 import re
 from pathlib import Path
 
-from launch.report.figures import mean_step_s, series
-from launch.report.runs import Run, number, section
+from launch.tools.report.figures import mean_step_s, series
+from launch.tools.report.runs import Run, number, section
 
 PROMPT_CHARS = 1200  # the end of a prompt is shown: the question comes after any instructions
 RESPONSE_CHARS = 2000
@@ -229,7 +229,7 @@ def render(runs: list[Run], figures: list[tuple[str, str | None, str]]) -> str:
     names = [escape(r.name) for r in runs]
     out = [
         f"# Run report: {', '.join(names)}",
-        # check_out (launch/report/__init__.py) knows an earlier report by these words: keep them.
+        # check_out (launch/tools/report/__init__.py) knows an earlier report by these words: keep them.
         "Written by `mpirl report` from "
         + ", ".join(f"{escape(r.path)} ({n})" for r, n in zip(runs, names))
         + ". Is it learning, and where does the time go?",

@@ -1,4 +1,4 @@
-"""launch.sizing and the size bounds: a role map whose sizes cannot fit is refused before any work."""
+"""launch.preflight.sizing and the size bounds: a role map whose sizes cannot fit is refused before any work."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from launch import config, preflight, sizing
+from launch import config, preflight
+from launch.preflight import sizing
 
 GIB = 1 << 30
 
@@ -112,7 +113,7 @@ def test_the_torch_engines_kv_cache_is_counted_for_the_generator(base_config, ll
 
 
 def test_the_data_step_checks_again_with_the_longest_prompt(base_config, llama_8b_like, monkeypatch):
-    from launch.data import prepare_data
+    from launch.preflight.data import prepare_data
 
     monkeypatch.setattr(sizing, "machine_memory", lambda: 1 << 50)
     sections = {"rollout": {"prompts_per_step": 4, "samples_per_prompt": 2, "max_new_tokens": 1000}}

@@ -7,7 +7,7 @@ import sys
 import pytest
 import yaml
 
-from launch.advise import RoleWork, advise_from_run, best_split, fit_work, predict, work_from_run
+from launch.tools.advise import RoleWork, advise_from_run, best_split, fit_work, predict, work_from_run
 from support.mpi_helpers import REPO
 
 

@@ -1,4 +1,4 @@
-"""launch.model_files: a damaged or cut-short safetensors file in the model folder, or an index
+"""launch.preflight.model_files: a damaged or cut-short safetensors file in the model folder, or an index
 naming what is not there, is a config error of the preflight and ``mpirl check`` (exit 2),
 found from the headers alone, not a crash of every model rank at load."""
 
@@ -13,9 +13,10 @@ import pytest
 from safetensors import safe_open
 from safetensors.numpy import save_file
 
-from launch import config, model_files, preflight
-from launch.data import prepare_data
-from launch.model_files import WeightFileError, check_weight_files, read_header
+from launch import config, preflight
+from launch.preflight import model_files
+from launch.preflight.data import prepare_data
+from launch.preflight.model_files import WeightFileError, check_weight_files, read_header
 from support.mpi_helpers import REPO
 
 
@@ -178,7 +179,7 @@ def test_an_unknown_model_type_is_refused_with_the_close_names(base_config, dumm
 
 def test_a_known_type_is_found_without_importing_transformers():
     code = (
-        "import sys; from launch.model_files import transformers_model_types; "
+        "import sys; from launch.preflight.model_files import transformers_model_types; "
         "assert {'llama', 'qwen2', 'gpt2', 'mistral'} <= set(transformers_model_types('llama')); "
         "assert 'transformers' not in sys.modules and 'torch' not in sys.modules"
     )
@@ -292,8 +293,8 @@ def test_the_check_imports_no_torch(tmp_path):
     """It runs on the controller's rank, which must start without torch (docs/log.md)."""
     write_weights(tmp_path / "model.safetensors")
     code = (
-        "import sys; from launch.data import check_model_files; "
-        "from launch.model_files import check_weight_files; "
+        "import sys; from launch.preflight.data import check_model_files; "
+        "from launch.preflight.model_files import check_weight_files; "
         f"assert check_weight_files({str(tmp_path)!r}) == 1; "
         "assert 'torch' not in sys.modules, 'torch was imported'; "
         "assert 'transformers' not in sys.modules, 'transformers was imported'"

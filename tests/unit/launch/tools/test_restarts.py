@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from launch.restarts import describe_failure, steps_reached
+from launch.tools.restarts import describe_failure, steps_reached
 
 ROLES = ["controller", "generator", "reward", "trainer"]
 

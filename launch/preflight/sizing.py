@@ -64,7 +64,7 @@ def _shape_of(path: str, stamp: tuple) -> ModelShape:
 
 def _safetensors_params(folder: Path) -> int | None:
     """Parameters in the folder's ``*.safetensors`` (their headers only), None when unreadable."""
-    from launch.model_files import WeightFileError, read_header, read_weight_map
+    from launch.preflight.model_files import WeightFileError, read_header, read_weight_map
 
     files = sorted(folder.glob("*.safetensors"))
     try:  # a sharded model loads the files its index names: a folder may also hold a consolidated copy
@@ -76,7 +76,9 @@ def _safetensors_params(folder: Path) -> int | None:
         return None
     try:
         return sum(t.elements for f in files for t in read_header(f).values())
-    except WeightFileError:  # a damaged file is named by the preflight (launch/model_files.py); no estimate here
+    except (
+        WeightFileError
+    ):  # a damaged file is named by the preflight (launch/preflight/model_files.py); no estimate here
         return None
 
 
@@ -113,7 +115,7 @@ class Need:
 
 def rank_needs(cfg: RoleMap, longest_prompt: int = 1) -> list[Need]:
     """The lower bound of one rank of each role that loads the model. ``longest_prompt``: the
-    longest prompt's tokens, once the data is read (``launch.data``); before, 1."""
+    longest prompt's tokens, once the data is read (``launch.preflight.data``); before, 1."""
     shape = model_shape(cfg.model.path)
     width = DTYPE_BYTES[cfg.model.dtype]
     weights = (shape.params or 0) * width

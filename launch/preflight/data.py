@@ -5,7 +5,7 @@ mistake — a missing file, a column absent, no usable rows, every prompt too lo
 split for an eval — stops every rank with exit 2 and one message naming the field, the way
 a bad role map does (``launch/main.py``). ``mpirl check`` runs the same preparation. The
 model folder's files are checked here too, the tokenizer and the weights' headers
-(``launch/model_files.py``): read by every model rank only later, once they have started.
+(``launch/preflight/model_files.py``): read by every model rank only later, once they have started.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def check_model_files(cfg: RoleMap) -> None:
     """The model's config.json readable with a model_type; its safetensors files whole and
     consistent, by their headers (never their data), and its index, if any, naming only files
     and tensors that are there: a ``ConfigError``."""
-    from launch.model_files import WeightFileError, check_config_file, check_weight_files, has_safetensors
+    from launch.preflight.model_files import WeightFileError, check_config_file, check_weight_files, has_safetensors
 
     try:
         check_config_file(cfg.model.path)  # before the tokenizer, whose loader reads it too
@@ -267,7 +267,7 @@ def _stats(encoded: _Encoded, limit: int | None) -> dict:
 
 
 def _check_memory(cfg: RoleMap, longest_prompt: int) -> None:
-    from launch.sizing import check_memory
+    from launch.preflight.sizing import check_memory
 
     try:  # the role map's check counted 1-token prompts; now the longest is known
         check_memory(cfg, longest_prompt=longest_prompt)

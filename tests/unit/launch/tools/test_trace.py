@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from launch.trace import colour_of, read_spans, write_trace
+from launch.tools.trace import colour_of, read_spans, write_trace
 from runtime.actor import Actor
 from runtime.spans import Spans, clear_spans, process_started_at
 from support.mpi_helpers import REPO

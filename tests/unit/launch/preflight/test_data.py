@@ -1,6 +1,6 @@
 """The role map's task, reward and eval sections: each validated by its component's own Config.
 
-And the data step (``launch.data``, also run by ``mpirl check``): files read, prompts
+And the data step (``launch.preflight.data``, also run by ``mpirl check``): files read, prompts
 rendered, and every problem with them refused before any work, with the field named.
 """
 
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from launch import config
-from launch.data import prepare_data
+from launch.preflight.data import prepare_data
 from support.model_folders import write_placeholder_weights
 from support.mpi_helpers import REPO
 
@@ -163,7 +163,7 @@ def test_a_task_class_of_the_wrong_shape_is_refused_by_name(base_config):
 
 def test_a_task_whose_data_loading_raises_is_a_config_error_naming_it(base_config, tmp_path):
     from launch.config import ConfigError
-    from launch.data import prepare_data
+    from launch.preflight.data import prepare_data
 
     cfg = parse(base_config, task={"name": "support.task_plugins:RaisesInInit"}, reward="exact")
     match = r"task: task .support.task_plugins:RaisesInInit. failed: KeyError: .question. \(task_plugins\.py:\d+\)"
@@ -312,7 +312,7 @@ def test_mpirl_check_reads_the_data(bpe_config, gsm8k_files, write_config, tmp_p
 
 def test_a_task_whose_ids_repeat_across_splits_is_refused_naming_them(base_config):
     from launch.config import ConfigError
-    from launch.data import prepare_data
+    from launch.preflight.data import prepare_data
 
     cfg = parse(base_config, task={"name": "support.task_plugins:RepeatsIds", "size": 4}, reward="exact")
     match = r"example ids must be unique across both splits; 3 repeats: 0 \(again in eval\), 1 \(again in eval\), 2"
@@ -338,7 +338,7 @@ def test_an_example_the_messages_cannot_carry_is_refused_naming_task_example_and
 ):
     """Found at the first batch, or by the reward rank mid-run, before; now by the preflight."""
     from launch.config import ConfigError
-    from launch.data import prepare_data
+    from launch.preflight.data import prepare_data
 
     cfg = parse(base_config, task={"name": f"support.task_plugins:{task}"}, reward="exact", eval={"every_steps": 2})
     match = rf"^task: task 'support.task_plugins:{task}', {split} example {example}: {field}"
@@ -358,7 +358,7 @@ def test_numpy_integer_ids_are_sent_as_ints(base_config):
 )
 def test_the_id_check_agrees_with_the_codec(example_id):
     """What the preflight accepts is exactly what a Rollout carries there and back."""
-    from launch.data import _id_problem
+    from launch.preflight.data import _id_problem
     from roles.protocol import Rollout
     from transports import codec
 

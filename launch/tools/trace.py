@@ -65,7 +65,7 @@ def _valid_header(line: dict) -> bool:
 def _expected_ranks(run_dir: Path) -> int | None:
     """The job's rank count from the run's copy of its role map, when it can be read: so that a
     rank whose span file is missing altogether (the last one too) is named, not silently absent."""
-    from launch.report.runs import rank_count, read_config, section
+    from launch.tools.report.runs import rank_count, read_config, section
 
     config, _ = read_config(run_dir / "config.yaml")
     counts = [rank_count(value) for value in section(config, "world").values()]
@@ -86,7 +86,7 @@ def read_spans(run_dir: Path, notes: list[str] | None = None) -> list[dict]:
         raise FileNotFoundError(f"{run_dir}: a file, not a run's out folder (run.out)")
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{run_dir}: no such folder")
-    from launch.report.runs import json_objects
+    from launch.tools.report.runs import json_objects
 
     files = sorted((run_dir / "spans").glob("rank-*.jsonl"))
     ranks = []

@@ -12,7 +12,7 @@ end long, and each tensor's span must hold exactly its elements' bytes, laid end
 
 Only headers are read, never tensor data, and neither torch nor the safetensors library is
 imported: this runs on the controller's rank (which must not import torch) and on every rank
-that sizes the model (``launch/sizing.py``), in milliseconds even for a model of hundreds of
+that sizes the model (``launch/preflight/sizing.py``), in milliseconds even for a model of hundreds of
 files.
 """
 

@@ -23,7 +23,7 @@ with equal counts) gives ``F = 0``, linear scaling, which is optimistic for gene
 small batch and for training (communication). The weight push is not modelled either, so
 treat the prediction as a bound (bench/scale.py measures how far it lands).
 
-The run folder is read as ``mpirl report`` reads it (``launch/report/runs.py``): a stopped,
+The run folder is read as ``mpirl report`` reads it (``launch/tools/report/runs.py``): a stopped,
 still-running or resumed run is fine; a folder that is not a run is an :class:`AdviseError`
 naming what is missing.
 """
@@ -178,7 +178,7 @@ class AdviseError(ValueError):
 
 
 def _rank_count(value, role: str) -> int:
-    from launch.report.runs import rank_count
+    from launch.tools.report.runs import rank_count
 
     count = rank_count(value)
     if count is None:
@@ -198,7 +198,7 @@ def work_from_run(run_dir: Path) -> tuple[RoleWork, dict, bool]:
 
 
 def _read_run(run_dir: Path):
-    from launch.report.runs import ReportError, load_run
+    from launch.tools.report.runs import ReportError, load_run
 
     try:
         return load_run(run_dir)
@@ -207,7 +207,7 @@ def _read_run(run_dir: Path):
 
 
 def _work_of(run) -> tuple[RoleWork, dict, bool]:
-    from launch.report.runs import number, section
+    from launch.tools.report.runs import number, section
 
     run_dir = run.path
     if run.config is None:
@@ -244,7 +244,7 @@ def _prompts_per_step(config: dict) -> int | None:
     """``rollout.prompts_per_step`` of a run's role map; when it gives none, the default the run
     had (the trainer counts the advice may give must divide it all the same), None when it is not
     a count."""
-    from launch.report.runs import section
+    from launch.tools.report.runs import section
     from roles.config.rollout import RolloutConfig
 
     rollout = section(config, "rollout")
@@ -254,7 +254,7 @@ def _prompts_per_step(config: dict) -> int | None:
 
 def _rows_per_step(config: dict) -> tuple:
     """What a step's work is made of: prompts and samples per prompt (None where not given)."""
-    from launch.report.runs import section
+    from launch.tools.report.runs import section
 
     rollout = section(config, "rollout")
     return rollout.get("prompts_per_step"), rollout.get("samples_per_prompt")

@@ -1,4 +1,7 @@
-"""The role map as a job takes it: its values, then the checks against this machine.
+"""The checks before any work: the role map as a job takes it, its values and then this machine.
+
+Here: the checks against the host (below), the memory a rank needs (``sizing``), the model's
+weight files (``model_files``) and the run's data, built and rendered once (``data``).
 
 ``launch/config.py`` checks values only. Here come the checks that read the disk and ask the
 host — the model's context in its ``config.json``, the logging packages installed, the memory
@@ -6,7 +9,7 @@ one rank needs against this machine's, the job's size against the ranks asked fo
 ``mpirl check``, ``mpirl run`` and every rank of ``python -m launch`` before any work. Each
 refusal is a :class:`ConfigError`, one line naming the field, and exit code 2.
 
-Knows nothing of the data (``launch/data.py``) or the run folder (``launch/run_folder.py``).
+This module knows nothing of the data (``data``) or the run folder (``launch/run_folder.py``).
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from pathlib import Path
 
 from launch import config
 from launch.config import ConfigError, RoleMap
+from launch.preflight.sizing import check_memory
 from launch.role_map_file import read_role_map_file
-from launch.sizing import check_memory
 from roles.observe.backends import check_backends
 
 

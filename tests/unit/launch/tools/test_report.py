@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from launch import cli
-from launch.report import ReportError, load_runs, write_report
-from launch.report.figures import moving_average, smoothing_window
-from launch.report.page import escape, fenced
+from launch.tools.report import ReportError, load_runs, write_report
+from launch.tools.report.figures import moving_average, smoothing_window
+from launch.tools.report.page import escape, fenced
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FIGURES = ("reward.png", "length.png", "time.png", "ratios.png", "loss.png")

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launch.report.runs import Run, number
+from launch.tools.report.runs import Run, number
 
 WIDTH_IN, DPI = 12.0, 100  # 1200 px wide: readable at ~1000 px
 RAW_ALPHA = 0.25  # the unsmoothed series, drawn faint under its moving average

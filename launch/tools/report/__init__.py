@@ -14,15 +14,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launch.report.runs import ReportError, Run, load_runs
+from launch.tools.report.runs import ReportError, Run, load_runs
 
 __all__ = ["ReportError", "Run", "load_runs", "write_report"]
 
 
 def write_report(run_dirs: list[Path], out: Path) -> Path:
     """Write the figures and ``report.md`` into ``out``; return the page's path."""
-    from launch.report.figures import FIGURES
-    from launch.report.page import write_page
+    from launch.tools.report.figures import FIGURES
+    from launch.tools.report.page import write_page
 
     runs = load_runs([Path(d) for d in run_dirs])
     out = Path(out)
