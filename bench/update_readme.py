@@ -1,11 +1,12 @@
-"""Regenerate the README's performance section from a fresh async-vs-sync benchmark.
+"""Regenerate the async-vs-sync section of docs/performance.md from a fresh benchmark.
 
     python bench/update_readme.py            # runs bench/async_vs_sync.py, then rewrites
     python bench/update_readme.py --from-json runs/bench_async/result.json   # no rerun
 
 It writes the benchmark's JSON line to ``runs/bench_async/result.json``, timelines of the
 disaggregated sync and async runs to ``docs/timeline_sync.png`` / ``docs/timeline_async.png``
-(via ``mpirl trace``), and replaces the text between the performance markers in README.md.
+(via ``mpirl trace``), and replaces the text between the performance markers in
+docs/performance.md. (The name is older than that page: the section used to sit in the README.)
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
 sys.path.insert(0, str(REPO))
 
 from launch.tools.trace import write_trace  # noqa: E402
@@ -65,11 +67,11 @@ measured speed-up can exceed the ideal.
 Timelines (`mpirl trace RUN_DIR`; one lane per rank; open `trace.json` in Perfetto for detail):
 synchronous, generation and training take turns —
 
-![sync timeline](docs/timeline_sync.png)
+![sync timeline](timeline_sync.png)
 
 asynchronous, the generator samples step s+1 while the trainer trains on step s —
 
-![async timeline](docs/timeline_async.png)
+![async timeline](timeline_async.png)
 
 **What drives the colocated figure.** On these CPUs the colocated baseline is not handicapped
 the way it is on GPUs: both of its ranks generate *and* train data-parallel, the torch engine
@@ -85,6 +87,16 @@ each side pick its own parallelism, precision and batch, and asynchrony hides th
 {END}"""
 
 
+def write_section(page: Path, result: dict) -> None:
+    """Replace the text between the markers of ``page`` (and the markers) with ``section(result)``."""
+    text = page.read_text()
+    if START not in text or END not in text:
+        raise SystemExit(f"{page} lacks the markers {START} ... {END}")
+    head, rest = text.split(START, 1)
+    _, tail = rest.split(END, 1)
+    page.write_text(head + section(result) + tail)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--from-json", default=None, help="reuse a result.json instead of running the benchmark")
@@ -96,17 +108,10 @@ def main() -> None:
         result = json.loads(Path(args.from_json).read_text().strip().splitlines()[-1])
     else:
         result = run_bench(out, args.steps)
-    docs = REPO / "docs"
-    docs.mkdir(exist_ok=True)
     for mode in ("sync", "async"):
         write_trace(out / "round-0" / mode, title=f"{mode}: one lane per rank")  # the first round's runs
-        shutil.copy(out / "round-0" / mode / "timeline.png", docs / f"timeline_{mode}.png")
-    readme = (REPO / "README.md").read_text()
-    if START not in readme or END not in readme:
-        raise SystemExit(f"README.md lacks the markers {START} ... {END}")
-    head, rest = readme.split(START, 1)
-    _, tail = rest.split(END, 1)
-    (REPO / "README.md").write_text(head + section(result) + tail)
+        shutil.copy(out / "round-0" / mode / "timeline.png", DOCS / f"timeline_{mode}.png")
+    write_section(DOCS / "performance.md", result)
     print(json.dumps(result))
 
 
