@@ -6,7 +6,7 @@
 It writes the benchmark's JSON line to ``runs/bench_async/result.json``, timelines of the
 disaggregated sync and async runs to ``docs/timeline_sync.png`` / ``docs/timeline_async.png``
 (via ``mpirl trace``), and replaces the text between the performance markers in
-docs/performance.md. (The name is older than that page: the section used to sit in the README.)
+docs/performance.md.
 """
 
 from __future__ import annotations
