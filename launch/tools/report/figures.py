@@ -123,6 +123,25 @@ def smoothed_curve(key: str, **style):
     return draw
 
 
+def raw_curve(key: str, **style):
+    """A panel's plotter: ``key``'s raw values, in the run's colour."""
+
+    def draw(ax, run: Run, c: str) -> None:
+        ax.plot(*series(run.metrics, key), color=c, **style)
+
+    return draw
+
+
+def overlay(*plotters):
+    """A panel's plotter that draws each of ``plotters`` in turn."""
+
+    def draw(ax, run: Run, c: str) -> None:
+        for plot in plotters:
+            plot(ax, run, c)
+
+    return draw
+
+
 def save(fig, path: Path) -> Path:
     fig.savefig(path, dpi=DPI)
     return path
@@ -188,14 +207,9 @@ def length_png(runs: list[Run], path: Path) -> Path | None:
     if not (has(runs, "response_length_mean") or has(runs, "response_clip_ratio")):
         return None
 
-    mean_length = smoothed_curve("response_length_mean")
-
-    def lengths(ax, run, c):
-        ax.plot(*series(run.metrics, "response_length_max"), color=c, alpha=0.4, lw=0.8, ls=":")
-        mean_length(ax, run, c)
-
-    clipped = smoothed_curve("response_clip_ratio")
-
+    lengths = overlay(
+        raw_curve("response_length_max", alpha=0.4, lw=0.8, ls=":"), smoothed_curve("response_length_mean")
+    )
     out = per_run_figure(
         runs,
         path,
@@ -211,7 +225,12 @@ def length_png(runs: list[Run], path: Path) -> Path | None:
                     ("max", {"lw": 0.8, "ls": ":"}),
                 ],
             ),
-            ("share of responses cut at max_new_tokens", "clip ratio", clipped, SMOOTHED),
+            (
+                "share of responses cut at max_new_tokens",
+                "clip ratio",
+                smoothed_curve("response_clip_ratio"),
+                SMOOTHED,
+            ),
         ],
     )
     return out
@@ -337,18 +356,8 @@ def ratios_png(runs: list[Run], path: Path) -> Path | None:
     if not any(has(runs, k) for k in keys):
         return None
 
-    def staleness(ax, run, c):
-        ax.plot(*series(run.metrics, "staleness_mean"), color=c, lw=1.8)
-        ax.plot(*series(run.metrics, "staleness_max"), color=c, lw=1, ls=":")
-
-    ratio_curves = (smoothed_curve("trainer.ratio_mean"), smoothed_curve("trainer.ratio_max", ls=":", lw=1.2))
-
-    def ratios(ax, run, c):
-        for curve in ratio_curves:
-            curve(ax, run, c)
-
-    clipped = smoothed_curve("trainer.clip_frac")
-
+    staleness = overlay(raw_curve("staleness_mean", lw=1.8), raw_curve("staleness_max", lw=1, ls=":"))
+    ratios = overlay(smoothed_curve("trainer.ratio_mean"), smoothed_curve("trainer.ratio_max", ls=":", lw=1.2))
     out = per_run_figure(
         runs,
         path,
@@ -361,7 +370,7 @@ def ratios_png(runs: list[Run], path: Path) -> Path | None:
                 ratios,
                 [("mean", {"lw": 1.8}), ("max", {"lw": 1.2, "ls": ":"})],
             ),
-            ("share of tokens clipped at rho", "clip fraction", clipped, SMOOTHED),
+            ("share of tokens clipped at rho", "clip fraction", smoothed_curve("trainer.clip_frac"), SMOOTHED),
         ],
     )
     return out
