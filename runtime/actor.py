@@ -41,16 +41,11 @@ class Actor:
         self.spans = Spans(table.rank, table.role, table.index)  # busy intervals, for timelines
         self.running = True
         self.stop_reason: str | None = None
-        # Messages dispatched so far: the fault tests' clock (runtime.faults). Private: actors
-        # (and tests) keep their own counts and lists of what they handled.
+        # Messages dispatched so far: the fault tests' clock (runtime.faults).
         self._dispatched = 0
-        # Seconds of this loop's turns that did work (handled a message or made progress in
-        # step()): idle polling and back-off sleeps are left out. The controller reports its own
-        # share of each step from it (bench/scale.py: does one controller keep up?).
+        # Seconds of turns that did work (idle polls and back-off sleeps left out).
         self.busy_s = 0.0
-        # When the actor's real work ended (time.time()), if it says: the controller, at its last
-        # step. From then to the loop's end is the timeline's "stop.finish" (the final eval, the
-        # stop handshake).
+        # When the real work ended (time.time()), if the actor says; from then on is "stop.finish".
         self.work_done_at: float | None = None
         self._handlers = {}
         for name in dir(type(self)):

@@ -39,11 +39,8 @@ def wait_for_all(comm, max_s: float = 5e-3) -> None:
     """A barrier over ``comm`` that sleeps while it waits, where ``comm.Barrier()`` would spin.
 
     A rank blocked in an MPI collective polls at full speed (Open MPI has no blocking wait).
-    At start-up, ranks that have little to prepare (controller, reward) reach the first
-    collectives seconds before the ranks importing torch and loading models; spinning there,
-    two of them took half of a 2-core machine from the other two, whose imports then took
-    6.7-8 s instead of about 4 (docs/log.md). Call it before a collective that ranks may reach
-    at very different times; the collective itself then finds every rank there.
+    Ranks with little to prepare would spin there and take cores from the ranks still importing
+    torch. Call it before a collective that ranks may reach at very different times.
     """
     request = comm.Ibarrier()
     backoff = Backoff(max_s=max_s)

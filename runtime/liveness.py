@@ -1,31 +1,16 @@
 """Liveness: a rank that goes silent (stopped, frozen, its node lost) ends the job, named.
 
-A crash ends the job at once (``runtime.failure``), but a rank that merely stops answering,
-say a process stopped with SIGSTOP, a node that froze, a machine cut off, leaves its peers
-waiting: only ``run.timeout_s`` (an hour by default) would end it. So every rank but the
-controller sends a heartbeat every few seconds, and the controller, the one rank that hears
-from all, aborts the job naming the rank and role that has been silent for
-``run.liveness_timeout_s`` (60 s by default). The controller beats back (``ControllerBeat``):
-stopped or frozen itself, it could name no one, and every other rank would wait on it for
-ever. Each rank's heartbeat thread hears those beats and aborts the job, naming the
-controller, when none came for the same bound.
+A crash ends the job at once (``runtime.failure``); a rank that merely stops answering would
+leave its peers waiting until ``run.timeout_s``. So every rank but the controller sends a
+heartbeat, and the controller aborts the job naming the rank silent for
+``run.liveness_timeout_s``. The controller beats back (``ControllerBeat``) so that a silent
+controller is named too.
 
-Heartbeats come from a thread of their own, on a communicator of their own: the actor's
-loop may legitimately be busy for minutes (a long generation, a checkpoint), and the thread
-keeps beating meanwhile (torch, vLLM and numpy release the GIL in their long calls). MPI is
-initialised with ``MPI_THREAD_MULTIPLE`` (mpi4py's default), so the thread may send while the
-loop uses the mailbox's communicator.
-
-A beating process whose loop is stuck (a deadlocked engine, a wait on a peer that will never
-answer) is told apart from a busy one by two figures each beat carries, from :data:`LOOP`:
-how long since the loop last made progress (``LOOP.tick()``: every turn of the actor loop,
-every decode step of the torch engine, every micro-batch, every chunk a checkpoint writes,
-every second of a vLLM generate),
-and how much CPU the process has used since. Busy work burns CPU (generation, training,
-MPI's own polling waits); a deadlock sleeps. So a rank whose loop has not moved for
-``run.stall_timeout_s`` (10 minutes by default) while its process used under a tenth of a
-core is reported as stuck. What this cannot see is a loop spinning for ever at full speed:
-``run.timeout_s`` is for that.
+Beats come from a thread on a communicator of their own, so a loop busy for minutes (a long
+generation, a checkpoint) keeps beating (MPI runs with ``MPI_THREAD_MULTIPLE``). Each beat
+also carries, from :data:`LOOP`, how long since the loop last ticked and the CPU used since:
+a loop that has not moved for ``run.stall_timeout_s`` while its process slept is stuck (busy
+work burns CPU; a deadlock sleeps). A loop spinning for ever is left to ``run.timeout_s``.
 """
 
 from __future__ import annotations
@@ -99,11 +84,9 @@ class Heartbeat(_BeatThread):
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            # Sends the controller has not taken yet are let go once they complete; a small
-            # message completes locally (eager), so this list stays short.
+            # A small message completes locally (eager), so this list stays short.
             self._requests = [r for r in self._requests if not r.Test()]
-            # A buffer is reused only once its send completed (the list is empty, or every
-            # earlier send is done): an Isend's buffer must not change under it.
+            # An Isend's buffer must not change under it: refill only once every send completed.
             if not self._requests:
                 self._buf[0] = time.time()
                 self._buf[1:] = self.clock.stuck()

@@ -7,10 +7,8 @@ else is safe inside a signal handler. The actor loop sees the flag and calls
 the step in progress, then a checkpoint). A second signal means "now": the job is aborted
 (one within ``SAME_SIGNAL_S`` of the first is the first, delivered again by another path).
 
-The handlers are installed first thing in a rank (``launch/__main__.py``), before MPI starts
-and the imports and the preflight take their seconds: a signal then, as a Slurm preemption
-early in a job's life sends, is kept for the actor loop and ends the job resumable, not with
-the default action's death (exit 143, which a requeue on 75 does not requeue).
+The handlers are installed first thing in a rank (``launch/__main__.py``), so that a signal
+during start-up also ends the job resumable (75), not with the default death (143).
 """
 
 from __future__ import annotations
@@ -52,11 +50,8 @@ class Preemption:
         self.requested, self.signum, self.first_at = False, None, None
 
 
-# A preemption often reaches a rank twice within milliseconds: Slurm's scancel signals every
-# process of the step, the ranks and the mpirun (or ``mpirl run``) among them, and the launcher
-# forwards what it got; a ``kill`` of a process group does the same. Counted as two, that would
-# abort the job instead of checkpointing it. A repeat this soon is the same signal; a person's
-# "now" (a second Ctrl-C, a second scancel) comes later.
+# A preemption often reaches a rank twice within milliseconds (scancel signals every process of
+# the step and the launcher forwards it too): a repeat this soon is the same signal, not "now".
 SAME_SIGNAL_S = 1.0
 
 

@@ -26,8 +26,7 @@ class RoleTable:
         self._ranks = {r: [i for i, x in enumerate(roles_by_rank) if x == r] for r in self.role_names}
         self.role = roles_by_rank[self.rank]
         self.index = self._ranks[self.role].index(self.rank)  # my position among my role's ranks
-        # One communicator per role (e.g. the trainers' data-parallel group). Split is
-        # collective over ``comm``: every rank reaches this line once.
+        # One communicator per role (e.g. the trainers' data-parallel group); Split is collective.
         self.role_comm = comm.Split(color=self.role_names.index(self.role), key=self.rank)
 
     def ranks(self, role: str) -> list[int]:
