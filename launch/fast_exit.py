@@ -1,11 +1,8 @@
 """Leave a rank that finished without Python's interpreter teardown.
 
-After a job's last step, a rank that has torch and transformers loaded spends seconds (3.4 s
-for the demo's ranks on 2 cores, measured) in the interpreter's teardown: freeing every module
-and object one by one, after everything that matters is done. Every short job, and most of the
-test suite, paid it on every rank.
-
-So a rank that returns normally ends like this: the usual ``sys.exit`` path runs (non-daemon
+A rank with torch and transformers loaded spends seconds in the interpreter's teardown, freeing
+every module and object after everything that matters is done. So a rank that returns normally
+ends like this: the usual ``sys.exit`` path runs (non-daemon
 threads are joined, every ``atexit`` handler runs: dashboards, reward workers,
 multiprocessing), then this module's handler, which runs last, flushes standard output and
 error, finalizes MPI and calls ``os._exit`` with the rank's exit code. What is skipped is only

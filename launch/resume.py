@@ -7,10 +7,9 @@ another task or data, another seed, a colocated layout for a disaggregated one â
 where it is harmless (more or fewer steps, eval and checkpoint intervals, logging, the number
 of trainers or generators: torch.distributed.checkpoint reshards the policy). Refused too: a
 ``run.steps`` below the steps the checkpoint has done (there is no going back to fewer), and
-training prompts that are not those the checkpoint's data position indexes (``check_data``: the
-same paths, rewritten). A checkpoint whose
-controller.json, config.yaml or random-state files are damaged is refused the same way (exit
-2), naming the file and the checkpoint before it; nothing is removed.
+training prompts that are not those the checkpoint's data position indexes (``check_data``). A
+checkpoint whose small files are damaged is refused the same way, naming the file; nothing is
+removed.
 """
 
 from __future__ import annotations

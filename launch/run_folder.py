@@ -1,9 +1,7 @@
 """The run's output folder (``run.out``), checked against the machine before any work.
 
 A role map can be valid and still point its output at a file, or at a folder this user cannot
-write (a read-only project space, another user's run). Found at step 1 (or at the first
-checkpoint) that costs the time spent loading models; found here it is a config error naming
-``run.out``, from ``mpirl check`` and from the launch alike.
+write; found here, before models load, it is a config error naming ``run.out``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Import ahead what a rank's role will need, while rank 0 prepares the data.
 
-Start-up is mostly imports: torch, transformers' modelling code and the role's own modules
-take seconds of CPU per rank. Rank 0 prepares the data (launch/main.py) while the other ranks
-wait for its verdict; importing their modules in that wait makes the two overlap instead of
-adding up (``start.preflight`` in a run's trace).
+Start-up is mostly imports. Rank 0 prepares the data (launch/main.py) while the other ranks
+wait for its verdict; importing their modules in that wait makes the two overlap.
 
 Only imports: nothing is built, and a failure here is left for the real build to raise, with
 the rank and role named as usual. The one file read is the model's config.json, to know whether
@@ -78,11 +76,9 @@ def unused_optional_packages(cfg) -> tuple[str, ...]:
     """Installed packages that transformers imports as soon as it finds them, which this job's
     ranks will not use.
 
-    torchao: importing ``transformers.modeling_utils`` imports it whenever it is installed
-    (0.3-0.4 s of CPU on every model rank, and a log line per GPU kernel library a CPU build
-    lacks). mpirl uses it only for the torch engine's int8 generation
-    (roles/engines/quantization.py); a checkpoint saved quantized needs it to load, and vLLM
-    may use it for schemes of its own. Anything else keeps it.
+    torchao: ``transformers.modeling_utils`` imports it whenever it is installed. mpirl uses it
+    only for the torch engine's int8 generation, a checkpoint saved quantized and vLLM's own
+    schemes; anything else keeps it.
     """
     generator = cfg.world.generator
     if generator.engine == "vllm" or generator.quantization is not None or _saved_quantized(cfg.model.path):

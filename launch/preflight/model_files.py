@@ -1,9 +1,7 @@
 """The model folder's weight files, checked from their headers before any rank loads them.
 
-A safetensors file cut short (a download or a copy interrupted, a full disk) or damaged used
-to pass ``mpirl check`` and the launch's preflight, and stop the job minutes later, when every
-trainer and generator loaded it, with exit 1 and a traceback from inside the loader. Its
-header says everything needed to find that out first: 8 bytes (little-endian) giving the
+A safetensors file cut short (an interrupted download, a full disk) or damaged is found here,
+not when every rank loads it. Its header says everything needed: 8 bytes (little-endian) giving the
 header's length N, then N bytes of JSON mapping each tensor's name to its dtype, shape and
 ``data_offsets`` (its bytes' begin and end in the data that follows the header), plus an
 optional ``"__metadata__"`` map of strings. So the file must be exactly 8 + N + the largest
@@ -12,8 +10,7 @@ end long, and each tensor's span must hold exactly its elements' bytes, laid end
 
 Only headers are read, never tensor data, and neither torch nor the safetensors library is
 imported: this runs on the controller's rank (which must not import torch) and on every rank
-that sizes the model (``launch/preflight/sizing.py``), in milliseconds even for a model of hundreds of
-files.
+that sizes the model (``launch/preflight/sizing.py``).
 """
 
 from __future__ import annotations
@@ -181,10 +178,7 @@ def read_weight_map(folder: str | Path) -> dict[str, str] | None:
 
 def check_config_file(folder: str | Path) -> dict:
     """The folder's ``config.json`` as a JSON object with a ``model_type``, or a
-    :class:`WeightFileError` naming it and what is wrong. Every model rank's loader
-    (``AutoModelForCausalLM``) needs both; without this check a file cut short, one saved with a
-    BOM, or one without ``model_type`` passed ``mpirl check`` (or failed it as "cannot load a
-    tokenizer") and stopped every rank later with a traceback."""
+    :class:`WeightFileError` naming it and what is wrong (every model rank's loader needs both)."""
     f = Path(folder) / "config.json"
     try:
         text = f.read_bytes().decode("utf-8")
@@ -221,12 +215,10 @@ def transformers_model_types(model_type: str) -> Collection[str]:
     """The ``model_type`` names transformers' ``AutoConfig`` builds, as far as needed to tell
     whether ``model_type`` is one of them (a name it does not know cannot be loaded).
 
-    First transformers' generated table (``models/auto/auto_mappings.py``), read as text:
-    importing the auto classes takes seconds and imports torch, which the controller's rank
-    must not do. Only a name not in that table costs the import, to be sure before refusing:
-    the live mapping also holds the few names added outside the table and any type a plug-in
-    registered with ``AutoConfig.register``. If transformers cannot tell, every name passes:
-    the loaders then say.
+    First transformers' generated table (``models/auto/auto_mappings.py``), read as text: the
+    auto classes import torch, which the controller's rank must not do. Only a name not in that
+    table costs the import (the live mapping also holds plug-ins' ``AutoConfig.register``
+    types). If transformers cannot tell, every name passes: the loaders then say.
     """
     table = _generated_model_types()
     if table is not None and model_type in table:
@@ -279,9 +271,8 @@ def check_weight_files(folder: str | Path) -> int:
     against them: each file it names exists, and holds each tensor it maps there. Returns the
     number of files checked; the first problem is a :class:`WeightFileError`.
 
-    A folder with no weights at all (only a config and a tokenizer: a download that stopped
-    early, the wrong folder) is refused: it used to pass, and every model rank then failed
-    to load it with a traceback. ``pytorch_model.bin`` weights are left to their loader.
+    A folder with no weights at all (a download that stopped early, the wrong folder) is
+    refused. ``pytorch_model.bin`` weights are left to their loader.
     """
     folder = Path(folder)
     headers = {p.name: read_header(p) for p in sorted(folder.glob("*.safetensors")) if p.is_file()}

@@ -1,17 +1,14 @@
 """Memory a rank cannot do without, estimated from the role map before any rank loads a model.
 
-A batch size with a zero too many (``micro_batch: 6400``) used to be found minutes into the
-run, by the kernel's OOM killer, or not at all: a generator kept growing past 12 GB after its
-job was gone. Here each role's *lower bound* is reckoned from the model's own files (tensor
-shapes from the safetensors headers, the architecture from ``config.json``) and the sizes the
-role map sets, and a rank that needs more than the whole machine has is refused, naming the
-fields to lower. Only what is certain is counted: the weights, AdamW's state, a micro-batch's
-float32 logits, the torch engine's KV cache; activations, allocator slack and the other ranks
-sharing the node come on top, so passing this check does not promise the run fits.
+Each role's *lower bound* is reckoned from the model's own files (tensor shapes from the
+safetensors headers, the architecture from ``config.json``) and the sizes the role map sets, so
+that a batch size with a zero too many is refused before the run, naming the fields to lower.
+Only what is certain is counted: the weights, AdamW's state, a micro-batch's float32 logits, the
+torch engine's KV cache; activations, allocator slack and other ranks on the node come on top,
+so passing does not promise the run fits.
 
-Every role runs on the CPU today (``roles/``), so "the machine" is this host's RAM. ``mpirl
-check`` on a login node smaller than the compute nodes can therefore refuse a job that would
-fit there; the message says which machine it measured.
+"The machine" is this host's RAM: ``mpirl check`` on a login node smaller than the compute
+nodes can refuse a job that would fit there; the message says which machine it measured.
 """
 
 from __future__ import annotations

@@ -106,8 +106,7 @@ def _ranks_doing(counts: dict, role: str) -> int:
 
 
 # Splits tried one by one up to this many (in the order that sets how ties are broken); above it,
-# a search per trainer count (_best_for_trainers). The full search is quadratic in the ranks: a
-# role map or --ranks of 100,000 ranks would have kept advise busy for hours.
+# a bisection per trainer count (_best_for_trainers), as the full search is quadratic in the ranks.
 EXHAUSTIVE_UP_TO = 2_000_000
 
 
@@ -295,8 +294,7 @@ def advise_from_runs(run_dirs: list[Path], total_ranks: int | None = None) -> st
     lines = [f"run: {run_dir}  mode: {mode}"]
     if len(runs) > 1:
         lines.append(f"fitted with: {', '.join(str(d) for d in run_dirs[1:])}")
-    # What was skipped while reading (a cut or damaged line, a step logged twice), as mpirl report's
-    # page says it: advice from fewer steps than the run logged should say so.
+    # Advice from fewer steps than the run logged should say so, as mpirl report's page does.
     for d, r in zip(run_dirs, runs):
         if r.notes:
             lines.append(f"read from {d}: {'; '.join(r.notes)}")

@@ -21,8 +21,7 @@ COLOURS = {
     "weight_receive": "#8172B3",
     "wait": "#CCCCCC",
 }
-# Start-up and shutdown phases (runtime/spans.py: "start.imports", "stop.finish", ...): one
-# colour per kind, so the timeline shows how long a rank took to get going and to leave.
+# Start-up and shutdown phases (runtime/spans.py: "start.imports", "stop.finish", ...): one colour each.
 PHASE_COLOURS = {START_PREFIX: ("start-up", "#E5C494"), STOP_PREFIX: ("shutdown", "#B3B3B3")}
 
 
@@ -46,9 +45,8 @@ def _is_time(value) -> bool:
 
 
 def _valid_span(line: dict) -> bool:
-    """A span the trace can place: a name, and finite times that do not run backwards. One span
-    with a NaN or infinite start would move every other rank's times to infinity (t0 is their
-    minimum) and make trace.json invalid JSON; a string time would stop the trace with a TypeError."""
+    """A span the trace can place: a name, and finite times that do not run backwards (one NaN
+    start would move every rank's times to infinity, t0 being their minimum)."""
     start, end = line.get("start"), line.get("end")
     return isinstance(line.get("name"), str) and _is_time(start) and _is_time(end) and end >= start
 
