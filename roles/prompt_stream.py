@@ -69,8 +69,7 @@ class PromptStream:
         return {"rng": self.rng.bit_generator.state, "order": self.order, "cursor": self.cursor, "data": self.digest}
 
     def restore(self, position: dict) -> None:
-        # The launch's preflight refuses this first (launch.resume.check_data, exit 2); kept
-        # here so that no caller restores a position over other prompts.
+        # launch.resume.check_data refuses this first; kept so no caller restores over other prompts.
         if (why := data_changed(position, len(self.ids), self.digest)) is not None:
             raise ValueError(f"{why}: the training data changed")
         self.rng.bit_generator.state = position["rng"]

@@ -1,11 +1,9 @@
 """A model folder's tokenizer, as ``AutoTokenizer`` would load it, without importing the auto classes.
 
 ``AutoTokenizer`` picks a tokenizer class from the folder's ``config.json`` and
-``tokenizer_config.json`` by rules of its own (hub names it knows to be wrong, model families,
-remote code), and then calls that class's ``from_pretrained``. Loading a tokenizer through the
-auto classes cost 5.5 s of CPU (they import torch, torchao, the generation and the distributed
-code of transformers); through one class imported by name 1.3 s, without torch (docs/log.md). The controller
-and reward ranks need only the tokenizer, and at start-up four ranks share two cores, so:
+``tokenizer_config.json`` by rules of its own, and then calls that class's ``from_pretrained``.
+The auto classes import torch and much of transformers, while the controller and reward ranks
+need only the tokenizer, so:
 
 - the reward ranks are told the class the controller loaded (``class_ref``) and load it directly;
 - the controller asks ``AutoTokenizer`` once per folder and remembers the class it picked in a

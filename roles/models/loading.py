@@ -1,7 +1,7 @@
 """Loading a Hugging Face model folder, refusing one whose weights do not cover its model.
 
 Apart from ``roles.policy`` so that a generator's torch engine loads its model without
-importing the trainer's sharding (FSDP) modules: about a second of start-up on 2 cores.
+importing the trainer's sharding (FSDP) modules.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ def load_complete(path, dtype: torch.dtype) -> torch.nn.Module:
     model its config.json describes (a ``ValueError`` naming the missing tensors).
 
     transformers fills missing weights with random ones and says so only in a log line (which
-    launch/__init__.py keeps quiet): a folder missing a tensor, or a config.json without
-    ``num_hidden_layers`` (the default builds 32 layers), trained a model that was partly
-    random, and differently so on the trainer and the generator.
+    launch/__init__.py keeps quiet): the trainer and the generator would start from different
+    random tensors.
     """
     from transformers import AutoModelForCausalLM
 

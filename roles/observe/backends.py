@@ -4,7 +4,7 @@ Each backend gets every step line, every eval round and the step's shown generat
 the names of ``roles.observe.metric_names``. ``check_backends`` (``mpirl check`` and the launch
 preflight) refuses a backend whose package is missing; ``open_backends`` starts them on the
 controller's rank before any rank loads a model, so one that fails at start (an unwritable
-folder, a W&B login missing for ``mode: online``) is a config error, not a crash at step 500.
+folder, a W&B login missing for ``mode: online``) is a config error, not a crash mid-run.
 
 After a resume the dashboards must not show the steps that were lost with the crash twice:
 TensorBoard purges the events from the checkpoint's step on (``purge_step``); W&B continues the
@@ -91,9 +91,8 @@ def samples_markdown(rows: list[dict]) -> str:
 
 
 class TensorBoardBackend:
-    """Event files through tensorboard's own writer. torch's ``SummaryWriter`` wraps the same
-    writer, but importing it imports torch, which the controller otherwise never does (its
-    start-up would pay seconds of CPU for it: docs/log.md)."""
+    """Event files through tensorboard's own writer: torch's ``SummaryWriter`` wraps the same
+    writer but imports torch, which the controller otherwise never does."""
 
     def __init__(self, log_dir: Path, run_config: dict, resumed_at: int):
         from tensorboard.compat.proto.event_pb2 import Event, SessionLog

@@ -159,10 +159,8 @@ def _die_with_rank() -> None:
 def serve(specs, requests, results) -> None:
     """The worker's main: build ``CombinedReward(specs)``, then score requests until EOF."""
     _die_with_rank()
-    # Stop signals are the rank's to act on (it checkpoints, then closes us). Ctrl-C reaches
-    # the whole process group, Open MPI forwards SIGTERM/SIGUSR1 to a rank's descendants and
-    # Slurm's --signal reaches every process of a task: by default any of them would kill a
-    # worker in the middle of the step being finished.
+    # Stop signals are the rank's to act on (it finishes the step, then closes us); they reach
+    # workers too (process group, Open MPI's forwarding, Slurm's --signal).
     for stop_signal in (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1):
         signal.signal(stop_signal, signal.SIG_IGN)
     # Not an MPI process: a library that initialises MPI inside a reward must not try to
