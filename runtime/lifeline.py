@@ -1,19 +1,12 @@
 """A rank must not outlive the process that launched it.
 
-When ``mpirun`` (or ``srun``'s step daemon) is killed, the ranks it started are orphaned. A
-rank that is talking to its peers soon fails and exits, but one deep in a long computation (a
-huge allocation, a long kernel, a hung engine) would run on, holding memory or a GPU, with no
-job left to use it. The same holds one level up: ``mpirl run`` starts mpiexec in a session of its own (so a
-Ctrl-C reaches only ``mpirl run``, which turns it into a checkpoint), so if ``mpirl run`` is
-killed, mpiexec must be told: it gets SIGTERM from the kernel then (``end_with_parent``).
-A rank has two ties, both set once when it starts:
+A rank orphaned by a killed ``mpirun`` (or ``srun`` step daemon) while deep in a long
+computation would run on, holding memory or a GPU; likewise mpiexec when ``mpirl run`` is
+killed (``end_with_parent``). A rank has two ties, both set once when it starts:
 
-- Linux's ``PR_SET_PDEATHSIG``: the kernel sends the rank SIGKILL the moment its parent
-  exits. It works whatever the rank is doing, C code included, and costs nothing.
-- A daemon thread that checks every ``interval_s`` that the parent is still the one that
-  started the rank (an orphan is adopted by init or a subreaper) and, if not, kills this
-  process. The fallback where ``prctl`` is missing; it needs the GIL, which long C calls in
-  torch and numpy release.
+- Linux's ``PR_SET_PDEATHSIG``: SIGKILL the moment the parent exits, whatever the rank does;
+- a daemon thread that checks every ``interval_s`` that the parent is still the one that
+  started the rank: the fallback where ``prctl`` is missing (it needs the GIL).
 """
 
 from __future__ import annotations

@@ -1,31 +1,19 @@
 """``mpirl advise RUN_DIR``: how many ranks each role should get, from measured times.
 
-Per step, a run measures the work of each role in rank-seconds: generation (summed over
-generator ranks), scoring (summed over reward ranks) and training (the slowest trainer
-times the number of trainers). Assuming each role's work divides evenly over its ranks,
-a split ``(g, r, t)`` of the compute ranks gives a predicted step time of
+Per step a run measures each role's work in rank-seconds (generation and scoring summed over
+their ranks, training the slowest trainer times the trainers). Assuming work divides evenly,
+a split ``(g, r, t)`` predicts a step time of ``max(W_gen/g, W_reward/r, W_train/t)`` when the
+roles overlap (``max_staleness >= 1``, LlamaRL's argument) and their sum when they take turns
+(``max_staleness = 0``); a colocated run takes ``(W_gen + W_train)/n + W_reward/r``. The
+advice is the split that minimises it; a synchronous or colocated run is also shown the best
+overlapped split.
 
-- asynchronous (``max_staleness >= 1``): ``max(W_gen/g, W_reward/r, W_train/t)`` — the
-  roles overlap, so the slowest one sets the pace (LlamaRL's argument);
-- synchronous (``max_staleness = 0``): ``W_gen/g + W_reward/r + W_train/t`` — they take turns.
+Given several runs of the same job on different rank counts, each role's time per rank is
+fitted as ``F + W/n`` (least squares on ``1/n``); one run gives ``F = 0``, linear scaling,
+which is optimistic. The weight push is not modelled: treat the prediction as a bound.
 
-The advice is the split that minimises it. A synchronous run is also given the best
-overlapped split (``max_staleness: 1``), and a colocated run (the same ranks generate, then
-train: ``(W_gen + W_train)/n + W_reward/r``) only that: what switching to LlamaRL's layout
-would be worth.
-
-Work does not always divide: a generator's decode step reads all the weights whatever its
-batch, so at small batch a generator's time shrinks less than its share of the rows. Given
-several runs of the same job with different rank counts (``mpirl advise RUN RUN2 ...``), each
-role's time per rank is fitted as ``F + W/n`` (least squares on ``1/n``): ``F`` the seconds a
-rank pays however many share the work, ``W`` the rank-seconds that divide. One run (or runs
-with equal counts) gives ``F = 0``, linear scaling, which is optimistic for generation at
-small batch and for training (communication). The weight push is not modelled either, so
-treat the prediction as a bound (bench/scale.py measures how far it lands).
-
-The run folder is read as ``mpirl report`` reads it (``launch/tools/report/runs.py``): a stopped,
-still-running or resumed run is fine; a folder that is not a run is an :class:`AdviseError`
-naming what is missing.
+Run folders are read as ``mpirl report`` reads them (``launch/tools/report/runs.py``); a
+folder that is not a run is an :class:`AdviseError` naming what is missing.
 """
 
 from __future__ import annotations

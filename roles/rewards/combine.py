@@ -1,20 +1,12 @@
 """Several rewards as one: a weighted sum, every component and its extras kept for the logs.
 
-A component is plain data (:class:`ComponentSpec`: a label, a reward name, a weight, its
-options), so the same list can be pickled to a sandbox worker and built there; nothing here
-knows about processes or time limits (``roles.rewards.sandbox`` does). Scoring one response
-gives a :class:`SampleScore`:
-
-- ``score`` = sum of weight * component score;
-- ``components`` = ``{label: component score, "label/extra": value, ...}`` for each
-  component (unweighted), plus a top-level ``correct``: the ``correct`` of the first
-  component (in spec order) that reports one; when none does, 1.0 if the total score is
-  positive and no component failed, else 0.0;
-- ``failures`` = how many components raised or returned something that is not a finite
-  number. A failed component scores 0 and reports no extras; the others still count.
-
-The first failure of each component is logged with its traceback (later ones are only
-counted), so a broken user function is visible and not just a run of zeros.
+A component is plain data (:class:`ComponentSpec`), so the list can be pickled to a sandbox
+worker and built there; nothing here knows about processes or time limits. Scoring gives a
+:class:`SampleScore`: ``score`` the weighted sum; ``components`` each component's unweighted
+score and ``label/extra`` values, plus ``correct`` (the first component's that reports one,
+else 1.0 for a positive total without failures); ``failures`` the components that raised or
+returned a non-finite number (they score 0). The first failure of each is logged with its
+traceback.
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
 """The math_verify reward: is the response's final answer mathematically the reference?
 
-Equivalence is Hugging Face's ``math_verify`` (LaTeX and plain expressions parsed to sympy,
-then compared numerically, symbolically, as sets, intervals, equations or matrices), not
-hand-written rules here. The reference (``example.answer``) may be plain (``0.5``) or LaTeX
-(``\\frac{1}{2}``, ``[1,2)``); it is wrapped in ``\\boxed{}`` unless it already carries its
-own delimiters, so math_verify reads it whole. The prediction is taken from the response
-the way math_verify does: a ``\\boxed{}`` answer first, then "final answer is" anchors and
-LaTeX, then plain expressions (so a response without a box may still be read, from its last
-expression). ``\\fbox{}`` counts as a box. Of several boxes the last counts, except that
-boxes close together ("\\boxed{2} and \\boxed{3}") read as one set of answers.
+Equivalence is Hugging Face's ``math_verify`` (LaTeX and plain expressions parsed to sympy
+and compared), not hand-written rules. The reference is wrapped in ``\\boxed{}`` unless it
+carries its own delimiters; the prediction is read the way math_verify does (a box first,
+then "final answer is" anchors, then plain expressions). ``\\fbox{}`` counts as a box; of
+several boxes the last counts, except that boxes close together read as one set of answers.
 
-math_verify's own time limits use SIGALRM, which only works on a main thread and would
-fight the caller's signal handlers; they are switched off here because the reward runs in
-the sandbox (``roles.rewards.sandbox``), whose process-based limit holds for any code.
-
-``last_boxed`` (the content of the last ``\\boxed{...}``) needs only the standard library:
-the MATH task imports it to take reference answers from a ``solution`` column. The heavy
-``math_verify`` import happens when a reward is built, never on importing this module.
+math_verify's own time limits use SIGALRM and are switched off: the reward runs in the
+sandbox (``roles.rewards.sandbox``), whose process-based limit holds for any code.
+``last_boxed`` needs only the standard library (the MATH task imports it); ``math_verify``
+is imported when a reward is built, never on importing this module.
 """
 
 from __future__ import annotations

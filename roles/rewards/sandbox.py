@@ -1,22 +1,15 @@
 """Scoring responses in worker processes, so that a time limit holds whatever a reward does.
 
-A reward rank is an MPI process with background threads: it must not fork, and neither a
-thread nor a signal can stop code that never returns to the interpreter (a sleep in a C
-extension, a sympy hang, a busy loop on another thread) or survive a segfault. So rewards
-run in worker processes (``roles.rewards.worker``) that this module schedules and replaces.
+A reward rank must not fork, and neither a thread nor a signal can stop code that never
+returns to the interpreter or survive a segfault; so rewards run in worker processes
+(``roles.rewards.worker``) that this module schedules and replaces.
 
-``RewardSandbox.score(items)`` pipelines a call's items into the workers and reads results
-one by one, each with its own deadline: ``timeout_s`` from when the worker began it (when
-the previous result arrived, or when the item was sent to an idle worker). An item past its
-deadline is cut: the worker is killed (SIGKILL), the item scores 0 (``timed_out``), and a
-fresh worker takes the items that were queued behind it. A worker that dies (crash,
-segfault, ``os._exit``) costs the item it was scoring one failure and is replaced. Every
-wait has a deadline, and sends never block: a worker never holds more unread request bytes
-than its pipe buffers (a larger item is sent alone, to a worker idle in its read).
-
-Overhead against calling ``CombinedReward`` in-process: ``bench/rewards.py`` measures it.
-Not known here: what a reward computes (``roles.rewards.combine``), what the counters
-mean to the run (the reward role reports them).
+``RewardSandbox.score(items)`` pipelines items into the workers and reads results one by one,
+each with a deadline of ``timeout_s`` from when its worker began it. An item past its deadline
+scores 0 (``timed_out``) and its worker is killed and replaced; a worker that dies costs its
+item one failure. Every wait has a deadline and sends never block (a worker never holds more
+unread bytes than its pipe buffers). Not known here: what a reward computes
+(``roles.rewards.combine``), what the counters mean to the run.
 """
 
 from __future__ import annotations

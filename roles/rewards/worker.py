@@ -1,26 +1,18 @@
 """One reward worker process: how it starts, what it runs, and how it dies with its rank.
 
-Workers are forked by a fork server of their own (one per sandbox, so no other user of
-multiprocessing is touched): a process exec'ed fresh from the rank (no MPI state, no
-threads) that imports the reward modules once (``preload``) and forks a worker per
-request, so a restart costs a fork, not an interpreter start and a sympy import. A worker
-gets component specs (plain data), builds the rewards itself, says ``ready`` (or why it
-could not build them), then takes batches of requests (pickled ``(response, example)``
-pairs) and answers each with one result, in order, until its request pipe closes.
+Workers are forked by a fork server of their own (one per sandbox): a process exec'ed fresh
+from the rank (no MPI state, no threads) that imports the reward modules once (``preload``),
+so a restart costs a fork. A worker builds the rewards from component specs (plain data),
+says ``ready`` (or why not), then answers batches of pickled ``(response, example)`` pairs,
+one result per item, in order, until its request pipe closes.
 
-Departures from multiprocessing's defaults, each for an MPI job:
-- a worker does not re-run the parent's ``__main__`` script (an MPI script's top level
-  would initialise MPI again in it);
-- it dies with the rank even while stuck in C code: it gives up its copy of the fork
-  server's liveness pipe (so the server exits when the rank does) and asks Linux for
-  SIGKILL when the server exits (PR_SET_PDEATHSIG);
-- it ignores SIGINT, SIGTERM and SIGUSR1 (a Ctrl-C reaches the whole process group, Open MPI
-  forwards signals to a rank's descendants: the rank decides), as its server does
-  (``roles.rewards.server_signals``), and
-  drops the MPI launcher's environment (``OMPI_*``, ``PMIX_*``, ``PMI_*``).
-These lean on multiprocessing's internals as of Python 3.11 (the version pyproject pins):
-``popen_forkserver.Popen._launch`` and the fields of ``forkserver.ForkServer``.
-Not known here: time limits, restarts and scheduling (``roles.rewards.sandbox``).
+Departures from multiprocessing's defaults, each for an MPI job: a worker does not re-run the
+parent's ``__main__``; it dies with the rank even while stuck in C code (liveness pipe and
+PR_SET_PDEATHSIG); it ignores SIGINT, SIGTERM and SIGUSR1, as its server does
+(``roles.rewards.server_signals``); and it drops the MPI launcher's environment. These lean on
+multiprocessing's internals as of Python 3.11 (``popen_forkserver.Popen._launch``,
+``forkserver.ForkServer``). Not known here: time limits, restarts and scheduling
+(``roles.rewards.sandbox``).
 """
 
 from __future__ import annotations
