@@ -1,16 +1,10 @@
 """Leave a rank that finished without Python's interpreter teardown.
 
-A rank with torch and transformers loaded spends seconds in the interpreter's teardown, freeing
-every module and object after everything that matters is done. So a rank that returns normally
-ends like this: the usual ``sys.exit`` path runs (non-daemon
-threads are joined, every ``atexit`` handler runs: dashboards, reward workers,
-multiprocessing), then this module's handler, which runs last, flushes standard output and
-error, finalizes MPI and calls ``os._exit`` with the rank's exit code. What is skipped is only
-freeing memory the process is about to lose anyway.
-
-A rank that fails is not affected: an uncaught exception leaves without an exit code set
-here, so Python ends the process as usual (and a failure inside a role aborts the job through
-``runtime.failure`` long before).
+A rank with torch loaded spends seconds freeing every module and object after everything that
+matters is done. So a rank that returns normally runs the usual ``sys.exit`` path (threads
+joined, every ``atexit`` handler), then this module's handler, which runs last: it flushes
+stdout and stderr, finalizes MPI and calls ``os._exit`` with the rank's exit code. A rank that
+fails is not affected: an uncaught exception sets no exit code here.
 """
 
 from __future__ import annotations

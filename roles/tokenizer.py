@@ -7,15 +7,12 @@ need only the tokenizer, so:
 
 - the reward ranks are told the class the controller loaded (``class_ref``) and load it directly;
 - the controller asks ``AutoTokenizer`` once per folder and remembers the class it picked in a
-  small cache (``MPIRL_CACHE_DIR``, default ``$XDG_CACHE_HOME/mpirl`` or ``~/.cache/mpirl``),
-  keyed by everything the choice depends on: the path as given, the transformers version, the
-  two config files' bytes, the names of the tokenizer's files and which optional packages
-  (mistral_common, sentencepiece) are installed. A later job on the same folder loads
-  the class directly. A cache that cannot be read or written is only a slower start, and a
-  remembered class that fails to load sends the choice back to AutoTokenizer.
+  small cache (``MPIRL_CACHE_DIR``, default ``$XDG_CACHE_HOME/mpirl`` or ``~/.cache/mpirl``)
+  keyed by everything the choice depends on (``_choice_key``). A cache that cannot be used is
+  only a slower start; a remembered class that fails to load sends the choice back.
 
-The class is then loaded as ``AutoTokenizer`` loads it (``from_pretrained(path, _from_auto=True)``),
-so both ways give the same tokenizer (``tests/unit/roles/test_tokenizer.py``).
+The class is loaded as ``AutoTokenizer`` loads it (``from_pretrained(path, _from_auto=True)``),
+so both ways give the same tokenizer.
 """
 
 from __future__ import annotations
