@@ -18,9 +18,9 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, BatchEncoding
 
 from examples.gsm8k import problems
+from examples.toy.tiny_bpe import CHAT_TEMPLATE, IM_END, IM_START, PAD, save_bpe_chat_tokenizer
 from roles.tasks.base import Example, TaskConfig, TaskDataError
 from roles.tasks.prompts import encode_prompts, prompt_text
-from roles.tasks.tiny_bpe import CHAT_TEMPLATE, IM_END, IM_START, PAD, save_bpe_chat_tokenizer
 
 SMALL = problems.ProblemConfig(train=300, test=40, seed=5)
 TINY_SIZE = dict(
@@ -230,7 +230,7 @@ def test_written_files_read_as_the_gsm8k_task(tmp_path, rows):
 
 
 def test_model_over_the_chat_tokenizer(tmp_path, tok):
-    from roles.tasks.tiny_llama import build_tiny_llama_for_tokenizer
+    from examples.toy.tiny_llama import build_tiny_llama_for_tokenizer
 
     build_tiny_llama_for_tokenizer(tmp_path, tok, seed=1, **TINY_SIZE)
     model = AutoModelForCausalLM.from_pretrained(tmp_path)
@@ -244,8 +244,8 @@ def test_model_over_the_chat_tokenizer(tmp_path, tok):
 
 
 def test_generic_sft_puts_loss_on_targets_and_calls_evaluate(tmp_path, tok):
-    from roles.sft import SFTConfig, _pad_rows, sft_train
-    from roles.tasks.tiny_llama import build_tiny_llama_for_tokenizer
+    from examples.toy.sft import SFTConfig, _pad_rows, sft_train
+    from examples.toy.tiny_llama import build_tiny_llama_for_tokenizer
 
     rows = [
         (np.array([5, 6, 7], np.int32), np.array([8, 2], np.int32)),
@@ -286,8 +286,8 @@ def test_sft_pads_with_eos_when_the_tokenizer_has_no_pad_token(tmp_path, tok):
     """GPT-2's and Llama's tokenizers name no pad token: int(None) stopped SFT at its start."""
     import copy
 
-    from roles.sft import SFTConfig, sft_train
-    from roles.tasks.tiny_llama import build_tiny_llama_for_tokenizer
+    from examples.toy.sft import SFTConfig, sft_train
+    from examples.toy.tiny_llama import build_tiny_llama_for_tokenizer
 
     no_pad = copy.deepcopy(tok)
     no_pad.pad_token = None
@@ -304,8 +304,8 @@ def test_sft_pads_with_eos_when_the_tokenizer_has_no_pad_token(tmp_path, tok):
 def test_prepare_end_to_end_and_reuse(tmp_path):
     """A cut-down prepare (the real one is calibrated offline): files, folders, report, reuse."""
     from examples.gsm8k.prepare import PrepareConfig, heldout_accuracy, prepare
-    from roles.sft import SFTConfig
-    from roles.tasks.tiny_llama import ModelSize
+    from examples.toy.sft import SFTConfig
+    from examples.toy.tiny_llama import ModelSize
 
     cfg = PrepareConfig(
         problems=problems.ProblemConfig(train=60, test=8),

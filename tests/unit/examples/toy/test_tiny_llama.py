@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
-from roles.tasks.tiny_llama import (
+from examples.toy.tiny_llama import (
     BENCH_25M,
     TINY,
     build_tiny_llama,
