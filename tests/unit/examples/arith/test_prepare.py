@@ -2,14 +2,7 @@ import pytest
 import torch
 
 from examples.arith.tokens import ALPHABET, ArithTokens
-from examples.toy.tiny_llama import TINY, build_tiny_llama, save_char_tokenizer
-
-
-@pytest.fixture(scope="module")
-def task(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tok")
-    save_char_tokenizer(d, ALPHABET)
-    return ArithTokens(d)
+from examples.toy.tiny_llama import TINY, build_tiny_llama
 
 
 def test_sft_rows_put_loss_on_the_answer_only(task):

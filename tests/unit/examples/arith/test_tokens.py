@@ -5,16 +5,8 @@ import pytest
 import torch
 from transformers import GenerationConfig, LlamaConfig
 
-from examples.arith.tokens import ALPHABET, ArithConfig, ArithTokens
-from examples.toy.tiny_llama import save_char_tokenizer
+from examples.arith.tokens import ArithConfig, ArithTokens
 from roles.tasks.arith import ArithPrompt
-
-
-@pytest.fixture(scope="module")
-def task(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tok")
-    save_char_tokenizer(d, ALPHABET)
-    return ArithTokens(d)
 
 
 def test_split_is_deterministic_and_disjoint(task):
