@@ -36,8 +36,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from examples.toy.tiny_llama import BENCH_25M, build_tiny_llama  # noqa: E402
 from roles.engines.base import SamplingConfig  # noqa: E402
-from roles.tasks.tiny_llama import BENCH_25M, build_tiny_llama  # noqa: E402
 
 ALPHABET = "0123456789+-*/=() abcdefghijklmnopqrstuvwxyz"
 

@@ -34,9 +34,10 @@ import launch  # noqa: E402, F401
 def dummy_model(tmp_path) -> Path:
     """A folder that passes the role map's checks: a config.json, a one-tensor weight file
     (a folder without weights is refused) and the arith demo's character tokenizer, so the
-    data step (``launch.preflight.data``) can render prompts. Nothing here can be loaded as a model."""
-    from roles.tasks.arith import ALPHABET
-    from roles.tasks.tiny_llama import save_char_tokenizer
+    data step (``launch.preflight.data``) can render prompts. Nothing here can be
+    loaded as a model."""
+    from examples.arith.tokens import ALPHABET
+    from examples.toy.tiny_llama import save_char_tokenizer
     from support.model_folders import write_placeholder_weights
 
     d = tmp_path / "model"

@@ -3,7 +3,7 @@
 Used by ``make demo`` (``examples/arith/demo.py``), by the end-to-end tests and by the
 benchmarks, so all three start from exactly the same policy. Nothing is downloaded: the model
 and its character tokenizer are made here. The RL job itself sees only ``ArithTask`` and
-``ArithExact`` (``roles/tasks/arith.py``); this module is the demo's tooling around it.
+``ArithExact`` (``roles/tasks/arith.py``); this module and ``tokens`` are the demo's tooling.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import torch
 
-from roles.sft import Row, SFTConfig, _pad_rows, sft_train
-from roles.tasks.arith import ALPHABET, ArithConfig, ArithTokens
+from examples.arith.tokens import ALPHABET, ArithConfig, ArithTokens
+from examples.toy.sft import Row, SFTConfig, _pad_rows, sft_train
 
 # Warm start calibrated for the demo (seed 0, 2 cores): held-out accuracy about 0.29 after
 # SFT, which leaves RL room to lift it. A hotter SFT (lr 1e-3) memorises its pairs: the samples
@@ -28,7 +28,7 @@ def prepare_model(out_dir: str | Path, seed: int = 0, sft_steps: int = 400, size
     Returns the SFT report (held-out accuracy, seconds). Reuses a finished ``sft`` folder
     made with the same settings, so repeated demos and tests skip the seconds it takes.
     """
-    from roles.tasks.tiny_llama import TINY, build_tiny_llama
+    from examples.toy.tiny_llama import TINY, build_tiny_llama
 
     out = Path(out_dir)
     stamp = out / "sft" / "mpirl-sft.json"

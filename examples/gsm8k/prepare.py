@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 
 from examples.gsm8k import problems
-from roles.engines.base import SamplingConfig
-from roles.sft import SFTConfig, sft_train
-from roles.tasks.tiny_llama import ModelSize
+from examples.toy.heldout import greedy_accuracy
+from examples.toy.sft import SFTConfig, sft_train
+from examples.toy.tiny_llama import ModelSize
 
 # Sized for a whole demo in minutes on 2 cores, 1 thread per rank. Four heads of 32 learnt to
 # copy the question's numbers into the solution faster than two heads of 64 at the same cost;
@@ -80,9 +80,9 @@ def prepare(out_dir: str | Path, seed: int = 0, config: PrepareConfig = PrepareC
     Reuses a finished ``sft`` folder made with the same settings (its stamp file), so
     repeated demos skip the work.
     """
+    from examples.toy.tiny_bpe import save_bpe_chat_tokenizer
+    from examples.toy.tiny_llama import build_tiny_llama_for_tokenizer
     from roles.tasks.prompts import encode_prompts
-    from roles.tasks.tiny_bpe import save_bpe_chat_tokenizer
-    from roles.tasks.tiny_llama import build_tiny_llama_for_tokenizer
 
     out = Path(out_dir)
     config = replace(config, problems=replace(config.problems, seed=seed), sft=replace(config.sft, seed=seed))
@@ -170,20 +170,14 @@ def _eval_prompts(tokenizer, task, limit: int) -> dict[int, np.ndarray]:
 def _accuracy(
     model, tokenizer, task, prompts: dict[int, np.ndarray], max_new_tokens: int, reward_options: dict | None = None
 ) -> float:
-    from roles.engines.torch_engine import TorchEngine
     from roles.rewards import build_reward, score_of
 
     reward = build_reward(task.default_reward, reward_options)
-    was_training = model.training
-    # The engine uses the model as is (shared weights) and puts it in eval mode.
-    samples = TorchEngine(model).generate(
-        list(prompts.values()), 1, SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens)
-    )
-    model.train(was_training)
-    # Decoded as the reward role decodes responses (special tokens dropped).
-    texts = tokenizer.batch_decode([s[0].response_ids.tolist() for s in samples], skip_special_tokens=True)
-    correct = []
-    for example_id, text in zip(prompts, texts):
+
+    def correct(example_id: int, response_ids: np.ndarray) -> float:
+        # Decoded as the reward role decodes responses (special tokens dropped).
+        text = tokenizer.decode(response_ids.tolist(), skip_special_tokens=True)
         score, extras = score_of(reward(text, task.example(example_id)))
-        correct.append(extras.get("correct", score))
-    return float(np.mean(correct)) if correct else 0.0
+        return extras.get("correct", score)
+
+    return greedy_accuracy(model, prompts, correct, max_new_tokens)

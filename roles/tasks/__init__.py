@@ -1,8 +1,9 @@
 """Tasks: prompt sources behind one interface (``roles.tasks.base.Task``), found by name.
 
 ``TASKS`` is the registry of built-ins (lazy ``module:Class`` paths, so naming one task imports
-only it); a role map may also name its own task as ``package.module:Class``. The tiny local
-models the tests and demos train live here too (``tiny_llama``).
+only it); a role map may also name its own task as ``package.module:Class``. A task holds
+prompts and reference answers: it knows nothing about models, training or generation, and
+nothing about tokenizers beyond ``prompts``, which renders its prompts into token ids.
 """
 
 from __future__ import annotations

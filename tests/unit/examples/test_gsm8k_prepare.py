@@ -1,5 +1,6 @@
 """The GSM8K demo's chain with a real BPE chat tokenizer: prompt rendering, the tokenizer, the
-synthetic problems, the model over the tokenizer, the generic SFT core, and ``prepare``.
+synthetic problems and ``prepare`` (the tokenizer, the model over it and the generic SFT core
+are tested in tests/unit/examples/toy/).
 
 Everything is built in tmp_path (tokenizer, data, models): nothing is downloaded. Prompts
 must come out of ``encode_prompts`` as exactly the ids ``apply_chat_template`` gives, since
@@ -14,36 +15,13 @@ import re
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, BatchEncoding
+from transformers import BatchEncoding
 
 from examples.gsm8k import problems
+from examples.toy.tiny_bpe import IM_END, IM_START
 from roles.tasks.base import Example, TaskConfig, TaskDataError
 from roles.tasks.prompts import encode_prompts, prompt_text
-from roles.tasks.tiny_bpe import CHAT_TEMPLATE, IM_END, IM_START, PAD, save_bpe_chat_tokenizer
-
-SMALL = problems.ProblemConfig(train=300, test=40, seed=5)
-TINY_SIZE = dict(
-    hidden_size=64, num_layers=1, num_heads=2, intermediate_size=128, max_position_embeddings=160
-)  # head dim 32: one of the supported ones
-
-
-@pytest.fixture(scope="module")
-def rows():
-    return problems.generate(SMALL)
-
-
-@pytest.fixture(scope="module")
-def tok_dir(tmp_path_factory, rows):
-    out = tmp_path_factory.mktemp("bpe")
-    texts = [r["question"] for r in rows["train"]] + [r["answer"] for r in rows["train"]]
-    save_bpe_chat_tokenizer(out, texts, vocab_size=400)
-    return out
-
-
-@pytest.fixture(scope="module")
-def tok(tok_dir):
-    return AutoTokenizer.from_pretrained(tok_dir)  # loaded back, as every role loads it
+from support.chat_data import SMALL, TINY_SIZE
 
 
 def template_ids(tok, messages) -> list[int]:
@@ -139,38 +117,6 @@ def test_long_prompts_are_left_out_and_counted(tok):
     assert list(exact.ids) == [10] and exact.too_long == []
 
 
-# ---------------------------------------------------------------------- the tokenizer
-
-
-def test_tokenizer_files_and_special_tokens(tok_dir, tok):
-    config = json.loads((tok_dir / "tokenizer_config.json").read_text())
-    assert config["chat_template"] == CHAT_TEMPLATE  # where Qwen2.5 keeps it
-    assert (tok.pad_token, tok.eos_token, tok.bos_token) == (PAD, IM_END, None)
-    assert [tok.convert_tokens_to_ids(t) for t in (PAD, IM_START, IM_END)] == [0, 1, 2]
-    assert len(tok) <= 400
-    # Special tokens are single ids in text, and the template's roles are single tokens too.
-    assert tok(f"{IM_START}user\nhi{IM_END}").input_ids[:2] == [1, tok.convert_tokens_to_ids("user")]
-    assert tok("hi").input_ids == tok("hi", add_special_tokens=False).input_ids  # no BOS added
-
-
-def test_digits_are_one_token_each(tok):
-    ids = tok("Sam has 12345 coins and 2024 beads.").input_ids
-    pieces = [tok.decode([i]) for i in ids]
-    assert [p for p in pieces if p.strip().isdigit()] == list("12345") + list("2024")
-    # No learnt merge joins a digit to anything: numbers never share tokens.
-    assert not [t for t in tok.get_vocab() if re.search(r"\d", t) and len(t) > 1]
-
-
-def test_round_trip_of_any_text(tok):
-    for text in ["Mia has 3 + 4 = 7 apples.\n#### 7", "naïve café: ☃ 3½ ünseen wörds\t\r\n  ", ""]:
-        assert tok.decode(tok(text).input_ids) == text  # byte-level: nothing is unknown
-
-
-def test_vocab_size_is_checked(tmp_path):
-    with pytest.raises(ValueError, match="at least"):
-        save_bpe_chat_tokenizer(tmp_path, ["a b"], vocab_size=100)
-
-
 # ---------------------------------------------------------------------- the problems
 
 
@@ -229,83 +175,11 @@ def test_written_files_read_as_the_gsm8k_task(tmp_path, rows):
 # ---------------------------------------------------------------------- model and SFT
 
 
-def test_model_over_the_chat_tokenizer(tmp_path, tok):
-    from roles.tasks.tiny_llama import build_tiny_llama_for_tokenizer
-
-    build_tiny_llama_for_tokenizer(tmp_path, tok, seed=1, **TINY_SIZE)
-    model = AutoModelForCausalLM.from_pretrained(tmp_path)
-    cfg, gen = model.config, model.generation_config
-    assert (cfg.vocab_size, cfg.eos_token_id, cfg.pad_token_id, cfg.bos_token_id) == (len(tok), 2, 0, None)
-    assert gen.eos_token_id == [2, 0]  # the end of a turn, or of a document
-    loaded = AutoTokenizer.from_pretrained(tmp_path)
-    assert loaded.chat_template == CHAT_TEMPLATE and len(loaded) == len(tok)
-    with pytest.raises(ValueError, match="32, 64"):
-        build_tiny_llama_for_tokenizer(tmp_path / "bad", tok, hidden_size=96, num_heads=2)
-
-
-def test_generic_sft_puts_loss_on_targets_and_calls_evaluate(tmp_path, tok):
-    from roles.sft import SFTConfig, _pad_rows, sft_train
-    from roles.tasks.tiny_llama import build_tiny_llama_for_tokenizer
-
-    rows = [
-        (np.array([5, 6, 7], np.int32), np.array([8, 2], np.int32)),
-        (np.array([5, 9], np.int32), np.array([10, 11, 2], np.int32)),
-    ]
-    ids, mask, labels = _pad_rows(rows, pad_id=0)
-    assert ids.tolist() == [[5, 6, 7, 8, 2], [5, 9, 10, 11, 2]]
-    assert labels.tolist() == [[-100, -100, -100, 8, 2], [-100, -100, 10, 11, 2]]
-
-    base = build_tiny_llama_for_tokenizer(tmp_path / "base", tok, seed=0, **TINY_SIZE)
-    calls = []
-
-    def evaluate(model) -> float:
-        calls.append(model.training)
-        return 0.5
-
-    threads = torch.get_num_threads()
-    report = sft_train(
-        base,
-        tok,
-        rows * 4,
-        tmp_path / "sft",
-        evaluate,
-        SFTConfig(fraction=1.0, steps=30, lr=3e-3, batch=4, schedule="cosine"),
-    )
-    assert torch.get_num_threads() == threads
-    assert report["pairs"] == 8 and report["heldout_acc_before"] == report["heldout_acc_after"] == 0.5
-    assert len(calls) == 2 and not calls[1]  # evaluated after training in eval mode
-    assert report["final_loss"] < 0.5 * report["first_loss"]
-    assert AutoTokenizer.from_pretrained(tmp_path / "sft").chat_template == CHAT_TEMPLATE
-    with pytest.raises(ValueError, match="schedule"):
-        sft_train(base, tok, rows, tmp_path / "x", None, SFTConfig(steps=1, schedule="linear"))
-    with pytest.raises(ValueError, match="leaves none"):
-        sft_train(base, tok, rows, tmp_path / "x", None, SFTConfig(steps=1, fraction=0.1))
-
-
-def test_sft_pads_with_eos_when_the_tokenizer_has_no_pad_token(tmp_path, tok):
-    """GPT-2's and Llama's tokenizers name no pad token: int(None) stopped SFT at its start."""
-    import copy
-
-    from roles.sft import SFTConfig, sft_train
-    from roles.tasks.tiny_llama import build_tiny_llama_for_tokenizer
-
-    no_pad = copy.deepcopy(tok)
-    no_pad.pad_token = None
-    assert no_pad.pad_token_id is None and no_pad.eos_token_id is not None
-    rows = [
-        (np.array([5, 6, 7], np.int32), np.array([8, 2], np.int32)),
-        (np.array([5], np.int32), np.array([2], np.int32)),
-    ]
-    base = build_tiny_llama_for_tokenizer(tmp_path / "base", tok, seed=0, **TINY_SIZE)
-    report = sft_train(base, no_pad, rows, tmp_path / "sft", None, SFTConfig(fraction=1.0, steps=2, batch=2))
-    assert report["pairs"] == 2 and np.isfinite(report["final_loss"])
-
-
 def test_prepare_end_to_end_and_reuse(tmp_path):
     """A cut-down prepare (the real one is calibrated offline): files, folders, report, reuse."""
     from examples.gsm8k.prepare import PrepareConfig, heldout_accuracy, prepare
-    from roles.sft import SFTConfig
-    from roles.tasks.tiny_llama import ModelSize
+    from examples.toy.sft import SFTConfig
+    from examples.toy.tiny_llama import ModelSize
 
     cfg = PrepareConfig(
         problems=problems.ProblemConfig(train=60, test=8),

@@ -51,7 +51,7 @@ def _write(path, rows):
 
 @pytest.fixture(scope="module")
 def stand_in_model(tmp_path_factory):
-    from roles.tasks.tiny_bpe import save_bpe_chat_tokenizer
+    from examples.toy.tiny_bpe import save_bpe_chat_tokenizer
 
     d = tmp_path_factory.mktemp("stand_in")
     (d / "config.json").write_text(json.dumps({"model_type": "qwen2", "max_position_embeddings": 32768}))

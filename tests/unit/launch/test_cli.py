@@ -395,10 +395,10 @@ def saved_checkpoint(tmp_path_factory) -> Path:
     import torch
     import yaml
 
+    from examples.toy.tiny_llama import build_tiny_llama
     from roles import checkpoint
     from roles.models import ModelConfig
     from roles.policy import load_model
-    from roles.tasks.tiny_llama import build_tiny_llama
 
     root = tmp_path_factory.mktemp("export")
     model_dir = build_tiny_llama(root / "model", "0123456789+=", hidden_size=64, num_layers=1, intermediate_size=64)

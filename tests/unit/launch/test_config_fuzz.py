@@ -121,8 +121,8 @@ def names_a_field(message: str, raw=None) -> bool:
 
 @pytest.fixture(scope="module")
 def model_path(tmp_path_factory) -> str:
-    from roles.tasks.arith import ALPHABET
-    from roles.tasks.tiny_llama import save_char_tokenizer
+    from examples.arith.tokens import ALPHABET
+    from examples.toy.tiny_llama import save_char_tokenizer
 
     d = tmp_path_factory.mktemp("fuzz") / "model"
     d.mkdir()

@@ -11,9 +11,9 @@ import pytest
 import transformers
 from transformers import AutoTokenizer
 
+from examples.toy.tiny_bpe import save_bpe_chat_tokenizer
+from examples.toy.tiny_llama import save_char_tokenizer
 from roles import tokenizer as tk
-from roles.tasks.tiny_bpe import save_bpe_chat_tokenizer
-from roles.tasks.tiny_llama import save_char_tokenizer
 
 TEXTS = ["What is 12 plus 30?", "The answer is 42.", "hello world, again and again"] * 20
 

@@ -51,7 +51,7 @@ def _plugins_importable(monkeypatch):
 @pytest.fixture
 def bpe_config(base_config, tmp_path):
     """base_config over a model folder whose tokenizer is a byte-level BPE with a chat template."""
-    from roles.tasks.tiny_bpe import save_bpe_chat_tokenizer
+    from examples.toy.tiny_bpe import save_bpe_chat_tokenizer
 
     d = tmp_path / "bpe_model"
     d.mkdir()

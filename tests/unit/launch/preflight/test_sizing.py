@@ -39,8 +39,8 @@ def llama_8b_like(dummy_model) -> str:
 def test_the_parameter_count_is_read_from_the_safetensors_headers(tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from roles.tasks.arith import ALPHABET
-    from roles.tasks.tiny_llama import build_tiny_llama
+    from examples.arith.tokens import ALPHABET
+    from examples.toy.tiny_llama import build_tiny_llama
 
     folder = build_tiny_llama(tmp_path / "m", ALPHABET, hidden_size=64, num_layers=2, num_heads=2)
     model = AutoModelForCausalLM.from_pretrained(folder)
@@ -128,8 +128,8 @@ def test_the_data_step_checks_again_with_the_longest_prompt(base_config, llama_8
 
 
 def test_weights_and_adamw_state_are_shared_out_over_the_trainers(base_config, tmp_path, monkeypatch):
-    from roles.tasks.arith import ALPHABET
-    from roles.tasks.tiny_llama import build_tiny_llama
+    from examples.arith.tokens import ALPHABET
+    from examples.toy.tiny_llama import build_tiny_llama
 
     folder = build_tiny_llama(tmp_path / "m", ALPHABET, hidden_size=64, num_layers=2, num_heads=2)
     params = sizing.model_shape(str(folder)).params

