@@ -4,11 +4,8 @@ Each function takes the runs and the folder to write into, and returns the PNG's
 None when no run has the data (no eval, no trainer statistics...): the page then says the
 figure was skipped. A run keeps its colour in every figure (``C0``, ``C1``, ... in the order
 given), and a legend below each figure names the runs; line styles (mean solid, max dotted)
-are explained in each panel's own legend.
-
-Figures are drawn on a ``matplotlib.figure.Figure`` of their own, not through pyplot: PNGs
-are rendered by the Agg backend whatever backend pyplot may have, no display is needed on a
-cluster node, and nothing global is left open.
+are explained in each panel's own legend. Figures are drawn on a ``matplotlib.figure.Figure``
+of their own, not through pyplot: no display is needed on a cluster node, nothing global stays open.
 """
 
 from __future__ import annotations
