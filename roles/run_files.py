@@ -1,8 +1,8 @@
 """A run's out folder (``run.out``): the names of its files, and the one reader of its JSON-lines logs.
 
 The controller writes them (``roles.observe.run_log``, ``roles.controller``), the launcher copies
-the role map in (``launch.run_folder``), and the offline tools read them (``launch.report``,
-``launch.trace``, ``launch.restarts``, ``launch.recipe``). A log is read tolerantly: a run still
+the role map in (``launch.run_folder``), and the offline tools read them (``launch.tools``:
+report, trace, restarts; ``launch.recipe``). A log is read tolerantly: a run still
 writing, or killed mid-write, leaves its last line cut short, and a damaged line is skipped and
 noted, not fatal.
 
