@@ -8,10 +8,10 @@ state, each layout in turn:
 - ``trainers: 1``: rank 0 holds the whole model and saves it alone;
 - ``trainers: 2``: ranks 0-1 shard it with FSDP2 and each writes its own shards.
 
-``save_s`` is ``roles.checkpoint.save_trainer_state`` (torch.distributed.checkpoint with
-raw shard files written by direct I/O, ``roles.raw_shards``), barrier to barrier; ``load_s`` its
-``load_trainer_state`` into a fresh model and optimizer (from the disk: the save's direct I/O
-leaves nothing in the page cache). ``bytes``
+``save_s`` is ``roles.checkpoint.trainer_state.save_trainer_state`` (torch.distributed.checkpoint
+with raw shard files written by direct I/O, ``roles.checkpoint.storage``), barrier to barrier;
+``load_s`` its ``load_trainer_state`` into a fresh model and optimizer (from the disk: the
+save's direct I/O leaves nothing in the page cache). ``bytes``
 is what landed on disk. ``raw_s`` writes each writer's same tensors' bytes (same content: a
 virtual disk may store zeros, such as fresh AdamW moments, faster than noise) as ``dd
 oflag=direct conv=fsync bs=16M`` would: direct I/O, the disk's ceiling for that layout.
@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
-from roles import checkpoint  # noqa: E402
+from roles.checkpoint.trainer_state import load_trainer_state, save_trainer_state  # noqa: E402
 from roles.sharding import shard_model  # noqa: E402
 from transports.torch_dist import init_torch_distributed, new_group  # noqa: E402
 
@@ -141,8 +141,8 @@ def run(comm, label: str, trainers: int, group, root: Path, reps: int) -> dict |
     nbytes = 0
     for r in range(reps):
         ckpt = root / f"{label}-{trainers}-{r}"
-        times["save_s"].append(timed(comm, mine, checkpoint.save_trainer_state, ckpt, model, opt, g))
-        times["load_s"].append(timed(comm, mine, checkpoint.load_trainer_state, ckpt, fresh, fresh_opt, g))
+        times["save_s"].append(timed(comm, mine, save_trainer_state, ckpt, model, opt, g))
+        times["load_s"].append(timed(comm, mine, load_trainer_state, ckpt, fresh, fresh_opt, g))
         nbytes = comm.bcast(du(ckpt / "trainer") if rank == 0 else None, root=0)
         raw = root / f"raw-{rank}"
         times["raw_s"].append(timed(comm, mine, raw_write, raw, local_tensors(model, opt) if mine else []))

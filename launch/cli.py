@@ -267,9 +267,11 @@ def cmd_advise(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from roles.checkpoint import CheckpointIOError, export_hf, resolve
+    from roles.checkpoint.export import export_hf
+    from roles.checkpoint.layout import CheckpointIOError
+    from roles.checkpoint.resume import resolve_checkpoint_path
 
-    path = resolve(args.checkpoint)
+    path = resolve_checkpoint_path(args.checkpoint)
     out_dir = Path(args.out)
     problem = None
     if not path.exists():

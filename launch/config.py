@@ -33,7 +33,7 @@ from roles.tasks import task_section
 from roles.weights import WeightsConfig
 
 if TYPE_CHECKING:
-    from roles.checkpoint import CheckpointPlan
+    from roles.checkpoint.plan import CheckpointPlan
     from roles.protocol import Routes, Schedule
 
 # Ranks are handed out in this order; a role with 0 ranks takes none.
@@ -236,9 +236,9 @@ class RoleMap(Section):
 
     def checkpoint_dir(self) -> Path:
         """Where this run's checkpoints go: ``checkpoint.dir``, else ``<run.out>/checkpoints``."""
-        from roles.checkpoint import RUN_CHECKPOINTS
+        from roles.run_files import CHECKPOINTS
 
-        return Path(self.checkpoint.dir) if self.checkpoint.dir else Path(self.run.out) / RUN_CHECKPOINTS
+        return Path(self.checkpoint.dir) if self.checkpoint.dir else Path(self.run.out) / CHECKPOINTS
 
     # roles.protocol is imported here, not at the top: it brings torch (the codec) and MPI.
 
@@ -255,8 +255,8 @@ class RoleMap(Section):
         return Schedule.of(self.run, self.eval, self.checkpoint, resumed_at)
 
     def checkpoints(self) -> CheckpointPlan:
-        """Where and how this run writes its checkpoints (``roles.checkpoint``)."""
-        from roles.checkpoint import CheckpointPlan
+        """Where and how this run writes its checkpoints (``roles.checkpoint.plan``)."""
+        from roles.checkpoint.plan import CheckpointPlan
 
         text = yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
         return CheckpointPlan(str(self.checkpoint_dir()), self.checkpoint.keep_last, text)

@@ -110,7 +110,7 @@ def _start_heartbeat(cfg: RoleMap, dist: Distributed, roles: list[str], built: l
 def _seed(cfg: RoleMap, dist: Distributed, resume) -> None:
     seed_everything(cfg.run.seed + 1000 * dist.role_table.rank)
     if resume is not None:
-        from roles.checkpoint import load_rng
+        from roles.checkpoint.rng import load_rng
 
         load_rng(resume.path, dist.role_table.rank)  # a rank the checkpoint did not have keeps its seed
 

@@ -8,7 +8,6 @@ own model and data (``examples/<demo>/prepare.py``).
 from __future__ import annotations
 
 import copy
-import json
 import os
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from launch import preflight
 from launch.cli import mpiexec_command
 from launch.role_map_file import load_yaml
 from roles.observe.progress import PROGRESS_ENV, launcher_env
+from roles.run_files import METRICS, ROLE_MAP, read_jsonl
 
 
 def write_config(base_config: str | Path, out_dir: str | Path, overrides: dict) -> Path:
@@ -29,7 +29,7 @@ def write_config(base_config: str | Path, out_dir: str | Path, overrides: dict) 
     merged = merge_overrides(copy.deepcopy(data), overrides)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / "config.yaml"
+    path = out / ROLE_MAP
     path.write_text(yaml.safe_dump(merged, sort_keys=False))
     preflight.load(path)  # fail here, with the field named, rather than inside mpirun
     return path
@@ -76,8 +76,13 @@ def run_job(
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
-    path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """Every line of a finished run's metrics.jsonl, in file order; a missing file or a damaged
+    line raises (a demo or test reads what a run it waited for wrote: damage there is a failure)."""
+    path = Path(run_dir) / METRICS
+    records, notes = read_jsonl(path)
+    if notes:
+        raise ValueError(f"{path}: {'; '.join(notes)}")
+    return records
 
 
 def mode_name(cfg) -> str:

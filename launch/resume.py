@@ -17,7 +17,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from launch.config import ConfigError, RoleMap
-from roles import checkpoint
+from roles.checkpoint.layout import COMPLETE, CheckpointIOError, complete_checkpoints, is_complete, step_name
+from roles.checkpoint.resume import (
+    Resume,
+    check_readable,
+    newest,
+    read_saved_config,
+    resolve_checkpoint_path,
+    steps_done,
+)
 from roles.prompt_stream import data_changed, fingerprint
 
 # Dotted fields that must be the same as when the checkpoint was written, and why.
@@ -37,7 +45,7 @@ def _get(data: dict, dotted: str):
 
 def check_compatible(cfg: RoleMap, path: Path) -> None:
     """Raise ConfigError naming the first field that differs from the checkpoint's role map."""
-    saved = checkpoint.read_saved_config(path)
+    saved = read_saved_config(path)
     now = cfg.model_dump(mode="json")
     for field, why in MUST_MATCH.items():
         if field == "world.colocated.ranks":
@@ -51,40 +59,40 @@ def check_compatible(cfg: RoleMap, path: Path) -> None:
             )
 
 
-def find_resume(cfg: RoleMap) -> checkpoint.Resume | None:
+def find_resume(cfg: RoleMap) -> Resume | None:
     """The checkpoint this run continues from, checked; None to start afresh."""
     mode = cfg.run.resume
     if mode == "never":
         return None
     if mode == "auto":
-        path = checkpoint.newest(cfg.checkpoint_dir())
+        path = newest(cfg.checkpoint_dir())
         if path is None:
             return None
     else:
-        path = checkpoint.resolve(mode)
-        if not checkpoint.is_complete(path):
-            raise ConfigError(f"run.resume: {mode!r} is not a complete checkpoint (no {checkpoint.COMPLETE} file)")
+        path = resolve_checkpoint_path(mode)
+        if not is_complete(path):
+            raise ConfigError(f"run.resume: {mode!r} is not a complete checkpoint (no {COMPLETE} file)")
     try:
-        checkpoint.check_readable(path)  # every small file, before any rank starts
-    except checkpoint.CheckpointIOError as e:
+        check_readable(path)  # every small file, before any rank starts
+    except CheckpointIOError as e:
         raise ConfigError(_damaged(path, e)) from e
     check_compatible(cfg, path)
-    done = checkpoint.steps_done(path)
+    done = steps_done(path)
     if cfg.run.steps < done:
         # Resuming would train nothing and leave the policy of step `done`, not of run.steps,
         # with a summary that says `done`: the request cannot be met, so it is named.
-        last = checkpoint.step_name(cfg.run.steps)
-        older = [p for p in checkpoint.complete_checkpoints(path.parent) if p.name <= last]
+        last = step_name(cfg.run.steps)
+        older = [p for p in complete_checkpoints(path.parent) if p.name <= last]
         ways = [f"run.resume: {older[-1]} (an earlier checkpoint)"] if older else []
         ways.append("run.resume: never (start afresh)")
         raise ConfigError(
             f"run.steps ({cfg.run.steps}) is below the {done} steps checkpoint {path} has done; "
             f"raise run.steps to continue, or set {', or '.join(ways)}"
         )
-    return checkpoint.Resume(str(path), done)
+    return Resume(str(path), done)
 
 
-def check_data(cfg: RoleMap, resume: checkpoint.Resume, train_prompts: dict, digest: str | None = None) -> None:
+def check_data(cfg: RoleMap, resume: Resume, train_prompts: dict, digest: str | None = None) -> None:
     """Raise ConfigError when the prepared training prompts are not those the checkpoint's data
     position indexes: the files named in the role map were rewritten since (the role maps
     match, which ``check_compatible`` saw). Resumed, the position would pick other examples
@@ -101,16 +109,16 @@ def check_data(cfg: RoleMap, resume: checkpoint.Resume, train_prompts: dict, dig
         )
 
 
-def _damaged(path: Path, error: checkpoint.CheckpointIOError) -> str:
+def _damaged(path: Path, error: CheckpointIOError) -> str:
     """The refusal of a damaged checkpoint: which file, what is wrong, and how to go on. Nothing
     is removed: the checkpoint stays for the user to look at."""
-    older = [p for p in checkpoint.complete_checkpoints(path.parent) if p.name < path.name]
+    older = [p for p in complete_checkpoints(path.parent) if p.name < path.name]
     ways = [f"run.resume: {older[-1]} (the one before)"] if older else []
     ways.append("run.resume: never (start afresh)")
     return f"run.resume: checkpoint {path} cannot be resumed: {error}; set {', or '.join(ways)}"
 
 
-def fresh_start_notice(cfg: RoleMap, resume: checkpoint.Resume | None) -> str | None:
+def fresh_start_notice(cfg: RoleMap, resume: Resume | None) -> str | None:
     """A warning when this start begins afresh in a run folder whose metrics an earlier start
     logged: the run log is then replaced, which a user who raised run.steps to continue a run
     without checkpoints (or with checkpoints elsewhere) would otherwise learn only afterwards."""

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 from launch.config import ConfigError, RoleMap
+from roles.run_files import ROLE_MAP
 
 
 def check_run_folder(cfg: RoleMap, create: bool = True) -> Path:
@@ -33,9 +34,6 @@ def check_run_folder(cfg: RoleMap, create: bool = True) -> Path:
     return out
 
 
-ROLE_MAP_COPY = "config.yaml"
-
-
 def record_role_map(source: str | Path, out: str | Path) -> Path | None:
     """Copy the role map the job was started with into ``run.out/config.yaml``, where ``mpirl
     report`` and ``mpirl advise`` read a run's settings; returns the copy (None when ``source``
@@ -45,7 +43,7 @@ def record_role_map(source: str | Path, out: str | Path) -> Path | None:
     always a whole file, that of its latest start. Call on one rank, once every rank has read
     ``source``.
     """
-    target = Path(out) / ROLE_MAP_COPY
+    target = Path(out) / ROLE_MAP
     source = Path(source)
     if target.exists() and os.path.samefile(source, target):
         return None

@@ -25,8 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from roles import checkpoint, protocol
-from roles.checkpoint import CheckpointPlan, Resume
+from roles import protocol
+from roles.checkpoint.layout import remove_partials
+from roles.checkpoint.plan import CheckpointPlan
+from roles.checkpoint.resume import Resume
 from roles.config.controller import ControllerConfig
 from roles.evaluation import EvalConfig, EvalRound
 from roles.observe.run_log import RunLog
@@ -135,7 +137,7 @@ class ControllerActor(ForwardsStopSignals, Actor):
         self.t_last_step = time.perf_counter()
         self._busy_at_last_step, self._handled_at_last_step = 0.0, 0  # busy_s, messages_handled then
         if checkpoints is not None:
-            checkpoint.remove_partials(checkpoints.root)  # left by a save that never finished
+            remove_partials(checkpoints.root)  # left by a save that never finished
         if self.trainer_version >= self.schedule.steps:  # resumed from the run's last checkpoint
             self._finish()
             return

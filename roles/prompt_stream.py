@@ -65,7 +65,7 @@ class PromptStream:
 
     def position(self) -> dict:
         """Everything ``restore`` needs (cheap: taken before every step is sent). The order is the
-        epoch's array itself, never changed in place; ``roles.checkpoint.write_json`` writes it."""
+        epoch's array itself, never changed in place; ``roles.checkpoint.layout.write_json`` writes it."""
         return {"rng": self.rng.bit_generator.state, "order": self.order, "cursor": self.cursor, "data": self.digest}
 
     def restore(self, position: dict) -> None:

@@ -35,7 +35,7 @@ Read this module top to bottom to know how a step flows; the roles (``controller
    training rank 0 send ``StepDone``. On that notice the controller writes its own part (the
    data position as of what was trained, not what was sent), asks every other rank for its
    random states (:class:`SaveState` / :class:`StateSaved`) and makes the checkpoint visible
-   when all are in (``roles.checkpoint.finalize``). A resumed run starts at ``resumed_at`` =
+   when all are in (``roles.checkpoint.layout.finalize``). A resumed run starts at ``resumed_at`` =
    the checkpoint's steps: the trainers push that version first, and no batch is sampled with
    an older one (:meth:`Schedule.min_version`); the steps in flight at the checkpoint are sent
    again, with the same prompts and seeds.
@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from roles import checkpoint
+from roles.checkpoint.rng import save_rng
 from roles.config.rollout import RolloutConfig
 from runtime import Address, Stop, handles
 from transports.codec import message
@@ -377,7 +377,7 @@ class SavesRandomStates:
 
     @handles(SaveState)
     def on_save_state(self, env) -> None:
-        checkpoint.save_rng(env.msg.path, self.mailbox.role_table.rank)
+        save_rng(env.msg.path, self.mailbox.role_table.rank)
         self.mailbox.send(CONTROLLER, StateSaved(steps_done=env.msg.steps_done))
 
 

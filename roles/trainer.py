@@ -23,8 +23,11 @@ import torch
 import torch.distributed as dist
 
 from roles import advantages as adv_lib
-from roles import checkpoint, losses
-from roles.checkpoint import CheckpointPlan, Resume
+from roles import losses
+from roles.checkpoint.plan import CheckpointPlan
+from roles.checkpoint.resume import Resume
+from roles.checkpoint.rng import save_rng
+from roles.checkpoint.trainer_state import inject_fault, load_trainer_state, save_trainer_state
 from roles.config.trainer import TrainerConfig
 from roles.logprobs import response_logprobs
 from roles.protocol import CONTROLLER, Preempt, Rollout, RolloutConfig, Routes, Schedule, StepDone, WeightsPushed
@@ -185,14 +188,14 @@ class TrainerActor(Actor):
 
     def _save(self, path) -> None:
         """This rank's part of a checkpoint: its random states, then its shards (collective)."""
-        checkpoint.save_rng(path, self.mailbox.role_table.rank)
-        checkpoint.save_trainer_state(path, self.model, self.optimizer, self.dp_group)
-        checkpoint.inject_fault("trainer-saved", self.version)
+        save_rng(path, self.mailbox.role_table.rank)
+        save_trainer_state(path, self.model, self.optimizer, self.dp_group)
+        inject_fault("trainer-saved", self.version)
 
     def _resume(self, resume: Resume) -> None:
         """Load the policy and optimizer of ``resume`` and push that version: the generators
         hold placeholders until then (``Schedule.min_version``)."""
-        checkpoint.load_trainer_state(resume.path, self.model, self.optimizer, self.dp_group)
+        load_trainer_state(resume.path, self.model, self.optimizer, self.dp_group)
         self.version = self.step_index = resume.steps_done
         self._push(self.version)
 

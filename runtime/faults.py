@@ -3,7 +3,7 @@
 A test sets the variable for a whole job; each place that may fail asks whether it is the
 one named (``fault_injected``), on every rank that gets there. The places:
 
-- ``trainer-saved:V`` (``roles.checkpoint``): a crash after the trainers wrote checkpoint V;
+- ``trainer-saved:V`` (``roles.checkpoint.trainer_state``): a crash after the trainers wrote checkpoint V;
 - ``nan-loss:S`` (``roles.trainer``): the loss of step S is NaN;
 - ``raise-ROLE:N``, ``kill-ROLE:N`` and ``hang-ROLE:N`` (:func:`actor_fault`): a rank of ROLE
   raises, is killed with SIGKILL, or deadlocks its loop, as it handles its N-th message.

@@ -11,9 +11,10 @@ signal to ``mpirl run`` itself — is not restarted.
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
+
+from roles.run_files import METRICS, read_jsonl
 
 # runtime.failure's report, and Open MPI (PRRTE)'s for a rank that died without one.
 _REPORTED = re.compile(r"\[mpirl\] rank (\d+) \((\w+)\) failed with ([^\n]*)")
@@ -51,14 +52,7 @@ def _role(roles_by_rank: list[str], rank: int) -> str:
 
 def steps_reached(run_out: str | Path) -> int:
     """Steps logged in the run's metrics.jsonl (complete lines only)."""
-    path = Path(run_out) / "metrics.jsonl"
+    path = Path(run_out) / METRICS
     if not path.is_file():
         return 0
-    n = 0
-    for line in path.read_text().splitlines():
-        try:
-            json.loads(line)
-            n += 1
-        except ValueError:
-            pass
-    return n
+    return len(read_jsonl(path)[0])

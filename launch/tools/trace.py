@@ -11,6 +11,7 @@ import json
 import math
 from pathlib import Path
 
+from roles.run_files import ROLE_MAP, SPANS, TIMELINE, TRACE, json_objects
 from runtime.spans import START_PREFIX, STOP_PREFIX
 
 COLOURS = {
@@ -65,7 +66,7 @@ def _expected_ranks(run_dir: Path) -> int | None:
     rank whose span file is missing altogether (the last one too) is named, not silently absent."""
     from launch.tools.report.runs import rank_count, read_config, section
 
-    config, _ = read_config(run_dir / "config.yaml")
+    config, _ = read_config(run_dir / ROLE_MAP)
     counts = [rank_count(value) for value in section(config, "world").values()]
     return None if None in counts else sum(counts) or None
 
@@ -84,9 +85,7 @@ def read_spans(run_dir: Path, notes: list[str] | None = None) -> list[dict]:
         raise FileNotFoundError(f"{run_dir}: a file, not a run's out folder (run.out)")
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{run_dir}: no such folder")
-    from launch.tools.report.runs import json_objects
-
-    files = sorted((run_dir / "spans").glob("rank-*.jsonl"))
+    files = sorted((run_dir / SPANS).glob("rank-*.jsonl"))
     ranks = []
     for f in files:
         try:
@@ -104,18 +103,16 @@ def read_spans(run_dir: Path, notes: list[str] | None = None) -> list[dict]:
             notes.append(f"{f}: {bad} undecodable or incomplete line{'s' if bad > 1 else ''} skipped")
         ranks.append({**header, "spans": spans})
     if not ranks:
-        raise FileNotFoundError(f"no spans in {run_dir / 'spans'}: is {run_dir} a run's out folder (run.out)?")
+        raise FileNotFoundError(f"no spans in {run_dir / SPANS}: is {run_dir} a run's out folder (run.out)?")
     found = {r["rank"] for r in ranks}
     if len(found) < len(ranks):  # a file copied or renamed in: two lanes would share one track
         twice = sorted({r["rank"] for r in ranks if sum(q["rank"] == r["rank"] for q in ranks) > 1})
-        notes.append(f"{run_dir / 'spans'}: rank {', '.join(map(str, twice))} has more than one span file")
+        notes.append(f"{run_dir / SPANS}: rank {', '.join(map(str, twice))} has more than one span file")
     expected = _expected_ranks(run_dir) or max(found) + 1
     missing = sorted(set(range(expected)) - found)
     if missing:
         shown = ", ".join(str(m) for m in missing[:10]) + (", ..." if len(missing) > 10 else "")
-        notes.append(
-            f"{run_dir / 'spans'}: no spans of rank{'s' if len(missing) > 1 else ''} {shown}: not in the trace"
-        )
+        notes.append(f"{run_dir / SPANS}: no spans of rank{'s' if len(missing) > 1 else ''} {shown}: not in the trace")
     return ranks
 
 
@@ -185,8 +182,8 @@ def write_trace(run_dir: Path, title: str | None = None, notes: list[str] | None
     ``notes``: as for :func:`read_spans`."""
     run_dir = Path(run_dir)
     ranks = read_spans(run_dir, notes)
-    trace_path = run_dir / "trace.json"
-    png_path = run_dir / "timeline.png"
+    trace_path = run_dir / TRACE
+    png_path = run_dir / TIMELINE
     try:
         trace_path.write_text(json.dumps(chrome_trace(ranks), allow_nan=False))  # strict JSON: Perfetto's
         timeline_png(ranks, png_path, title if title is not None else str(run_dir))

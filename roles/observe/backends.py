@@ -22,6 +22,7 @@ from pathlib import Path
 
 from roles.config.observability import LoggingConfig
 from roles.observe.metric_names import eval_scalars, step_scalars
+from roles.run_files import TENSORBOARD, WANDB_RUN_ID
 
 # backend -> (module that must import, the pip package that provides it)
 _PACKAGES = {"tensorboard": ("torch.utils.tensorboard", "tensorboard"), "wandb": ("wandb", "wandb")}
@@ -57,7 +58,7 @@ def open_backends(config: LoggingConfig, out: Path, run_config: dict, resumed_at
     check_backends(config)
     starts = []
     if config.tensorboard:
-        starts.append(("tensorboard", lambda: TensorBoardBackend(out / "tensorboard", run_config, resumed_at)))
+        starts.append(("tensorboard", lambda: TensorBoardBackend(out / TENSORBOARD, run_config, resumed_at)))
     if config.wandb is not None:
         starts.append(("wandb", lambda: WandbBackend(config, out, run_config, resumed_at)))
     backends = []
@@ -140,7 +141,7 @@ class WandbBackend:
     """A W&B run. Its x-axis is the trainer step (``trainer_step``), so an eval round that ends
     after later steps were logged is still drawn at the version it evaluated."""
 
-    ID_FILE = "wandb_run_id"  # in the run folder: a resumed run continues the same W&B run
+    ID_FILE = WANDB_RUN_ID  # in the run folder: a resumed run continues the same W&B run
 
     def __init__(self, config: LoggingConfig, out: Path, run_config: dict, resumed_at: int):
         import wandb

@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from roles.checkpoint import keep_jsonl
+from roles.run_files import EVAL, METRICS, SAMPLES, keep_jsonl
 
 
 class RunLog:
@@ -29,13 +29,13 @@ class RunLog:
         self.history: list[dict] = []  # the metrics lines, the resumed run's earlier ones included
         self.evals: list[dict] = []
         if resumed_at is not None:
-            self.history = keep_jsonl(self.out / "metrics.jsonl", lambda r: r["step"] < resumed_at)
+            self.history = keep_jsonl(self.out / METRICS, lambda r: r["step"] < resumed_at)
             if evaluation:
-                self.evals = keep_jsonl(self.out / "eval.jsonl", lambda r: r["policy_version"] <= resumed_at)
-            keep_jsonl(self.out / "samples.jsonl", lambda r: r["step"] < resumed_at)
+                self.evals = keep_jsonl(self.out / EVAL, lambda r: r["policy_version"] <= resumed_at)
+            keep_jsonl(self.out / SAMPLES, lambda r: r["step"] < resumed_at)
         mode = "a" if resumed_at is not None else "w"
-        self._metrics = open(self.out / "metrics.jsonl", mode)
-        self._eval = open(self.out / "eval.jsonl", mode) if evaluation else None
+        self._metrics = open(self.out / METRICS, mode)
+        self._eval = open(self.out / EVAL, mode) if evaluation else None
         self._samples = None
         self._samples_mode = mode
 
@@ -45,7 +45,7 @@ class RunLog:
         self.history.append(record)
         if shown:
             if self._samples is None:
-                self._samples = open(self.out / "samples.jsonl", self._samples_mode)
+                self._samples = open(self.out / SAMPLES, self._samples_mode)
             for row in shown:
                 _append(self._samples, row)
         self._to_backends("log_step", record)

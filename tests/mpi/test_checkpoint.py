@@ -3,7 +3,7 @@
     mpirun -n 4 --oversubscribe .venv/bin/python -m pytest --with-mpi tests/mpi/test_checkpoint.py
 
 Ranks 0-1 shard a tiny Llama with FSDP2 and take AdamW steps; they save with
-``roles.checkpoint.save_trainer_state`` (each its own shards). Rank 2 trains the same model
+``roles.checkpoint.trainer_state.save_trainer_state`` (each its own shards). Rank 2 trains the same model
 unsharded and saves it alone (no_dist). Then fresh models load the checkpoints back: the two
 trainers their own (parameters and optimizer state identical), rank 2 its own, and rank 3 the
 two trainers' shards onto one unsharded model (resharding) — identical to the whole model;
@@ -60,7 +60,7 @@ def full_optim(model, opt) -> dict:
 def test_save_and_load_with_one_and_two_trainers_and_reshard(tmp_path_factory):
     from mpi4py import MPI
 
-    from roles import checkpoint
+    from roles.checkpoint.trainer_state import load_trainer_state, save_trainer_state
     from roles.sharding import full_state, shard_model
     from transports.torch_dist import init_torch_distributed, new_group
 
@@ -78,21 +78,21 @@ def test_save_and_load_with_one_and_two_trainers_and_reshard(tmp_path_factory):
             model = shard_model(tiny_llama(), group)
             opt = adamw(model)
             steps(model, opt)
-            checkpoint.save_trainer_state(sharded_dir, model, opt, group)
+            save_trainer_state(sharded_dir, model, opt, group)
             want = (full_state(model), full_optim(model, opt))
             fresh = shard_model(tiny_llama(seed=5), group)
             fresh_opt = adamw(fresh)
-            checkpoint.load_trainer_state(sharded_dir, fresh, fresh_opt, group)
+            load_trainer_state(sharded_dir, fresh, fresh_opt, group)
             got = (full_state(fresh), full_optim(fresh, fresh_opt))
         elif rank == SINGLE:
             model = tiny_llama()
             opt = adamw(model)
             steps(model, opt)
-            checkpoint.save_trainer_state(single_dir, model, opt, None)
+            save_trainer_state(single_dir, model, opt, None)
             want = ({k: v.detach().clone() for k, v in model.named_parameters()}, full_optim(model, opt))
             fresh = tiny_llama(seed=5)
             fresh_opt = adamw(fresh)
-            checkpoint.load_trainer_state(single_dir, fresh, fresh_opt, None)
+            load_trainer_state(single_dir, fresh, fresh_opt, None)
             got = ({k: v.detach().clone() for k, v in fresh.named_parameters()}, full_optim(fresh, fresh_opt))
         comm.Barrier()  # the trainers' checkpoint is complete
         if rank in TRAINERS:
@@ -111,7 +111,7 @@ def test_save_and_load_with_one_and_two_trainers_and_reshard(tmp_path_factory):
         if rank == RESHARD:
             model = tiny_llama(seed=5)
             opt = adamw(model)
-            checkpoint.load_trainer_state(sharded_dir, model, opt, None)
+            load_trainer_state(sharded_dir, model, opt, None)
             for name, t in reference[0].items():
                 assert torch.equal(dict(model.named_parameters())[name].detach(), t), name
             got_optim = full_optim(model, opt)
@@ -124,7 +124,7 @@ def test_save_and_load_with_one_and_two_trainers_and_reshard(tmp_path_factory):
         if rank in TRAINERS:
             model = shard_model(tiny_llama(seed=7), group)
             opt = adamw(model)
-            checkpoint.load_trainer_state(single_dir, model, opt, group)
+            load_trainer_state(single_dir, model, opt, group)
             got = (full_state(model), full_optim(model, opt))
             for name, t in single[0].items():
                 assert torch.equal(got[0][name], t), name

@@ -14,11 +14,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-METRICS = "metrics.jsonl"
-EVAL = "eval.jsonl"
-SAMPLES = "samples.jsonl"
-SUMMARY = "summary.json"
-CONFIG = "config.yaml"
+from roles.run_files import EVAL, METRICS, ROLE_MAP, SAMPLES, SUMMARY, read_jsonl
 
 
 class ReportError(ValueError):
@@ -95,46 +91,15 @@ def rank_count(value) -> int | None:
     return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
 
 
-def json_objects(lines: list[bytes]) -> tuple[list[dict], list[int]]:
-    """The JSON objects among ``lines`` (bytes, decoded one by one: what mpirl writes is ASCII, so
-    a line that is not UTF-8 is damaged, not read with a garbled key), and the numbers (from 1)
-    of the non-blank lines that are not one."""
-    records, bad = [], []
-    for number_, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line.decode("utf-8"))
-        except ValueError:  # UnicodeDecodeError too
-            record = None
-        if isinstance(record, dict):
-            records.append(record)
-        else:
-            bad.append(number_)
-    return records, bad
-
-
-def read_jsonl(path: Path) -> tuple[list[dict], list[str]]:
-    """The JSON objects of a JSON-lines file, and notes on the lines that were not one.
-
-    A cut last line is told apart from damage elsewhere: it is what a run still writing leaves.
-    """
+def read_log(path: Path) -> tuple[list[dict], list[str]]:
+    """A JSON-lines log's records and notes (``roles.run_files.read_jsonl``): none for a missing
+    file, and a note for one that cannot be read."""
     if not path.is_file():
         return [], []
     try:
-        lines = path.read_bytes().splitlines()
+        return read_jsonl(path)
     except OSError as e:
         return [], [f"{path.name}: unreadable ({e.strerror or e})"]
-    records, bad = json_objects(lines)
-    notes = []
-    last = max((i for i, line in enumerate(lines, start=1) if line.strip()), default=0)
-    if last in bad:
-        bad.remove(last)
-        notes.append(f"{path.name}: the last line (line {last}) is cut short or undecodable: skipped")
-    if bad:
-        shown = ", ".join(str(i) for i in bad[:5]) + (", ..." if len(bad) > 5 else "")
-        notes.append(f"{path.name}: {len(bad)} undecodable line{'s' if len(bad) > 1 else ''} skipped (line {shown})")
-    return records, notes
 
 
 def step_records(records: list[dict]) -> tuple[list[dict], list[str]]:
@@ -201,12 +166,12 @@ def load_run(path: Path, name: str | None = None) -> Run:
         raise ReportError(f"{path}: no such folder")
     if not (path / METRICS).is_file():
         raise ReportError(f"{path}: not a run folder (no {METRICS}; give the run.out folder of a run)")
-    records, notes = read_jsonl(path / METRICS)
+    records, notes = read_log(path / METRICS)
     metrics, step_notes = step_records(records)
-    evals, eval_notes = read_jsonl(path / EVAL)
-    samples, sample_notes = read_jsonl(path / SAMPLES)
+    evals, eval_notes = read_log(path / EVAL)
+    samples, sample_notes = read_log(path / SAMPLES)
     summary, summary_notes = read_json(path / SUMMARY)
-    config, config_notes = read_config(path / CONFIG)
+    config, config_notes = read_config(path / ROLE_MAP)
     run = Run(
         path=path,
         name=name or run_name(path),

@@ -349,7 +349,7 @@ def test_export_refuses_what_it_cannot_write_before_reading_anything(tmp_path, c
 
 def test_export_refuses_a_folder_that_holds_files_unless_forced(tmp_path, monkeypatch, capsys):
     """Written into, a non-empty OUT would mix the model's files with what was there, silently."""
-    import roles.checkpoint
+    import roles.checkpoint.export
 
     ckpt = tmp_path / "step-00000004"
     ckpt.mkdir()
@@ -364,7 +364,7 @@ def test_export_refuses_a_folder_that_holds_files_unless_forced(tmp_path, monkey
         (Path(to) / "model.safetensors").write_bytes(b"new")
         return Path(to)
 
-    monkeypatch.setattr(roles.checkpoint, "export_hf", fake_export)
+    monkeypatch.setattr(roles.checkpoint.export, "export_hf", fake_export)
     code, _, err = run_cli(["export", str(ckpt), str(out)], capsys)
     assert code == 2 and not written, err
     assert "exists and is not empty (model-00001-of-00002.safetensors, notes.txt)" in err
@@ -396,16 +396,17 @@ def saved_checkpoint(tmp_path_factory) -> Path:
     import yaml
 
     from examples.toy.tiny_llama import build_tiny_llama
-    from roles import checkpoint
+    from roles.checkpoint.layout import COMPLETE
+    from roles.checkpoint.trainer_state import save_trainer_state
     from roles.models import ModelConfig
     from roles.policy import load_model
 
     root = tmp_path_factory.mktemp("export")
     model_dir = build_tiny_llama(root / "model", "0123456789+=", hidden_size=64, num_layers=1, intermediate_size=64)
     model = load_model(ModelConfig(path=str(model_dir)))
-    checkpoint.save_trainer_state(root / "step-00000001", model, torch.optim.AdamW(model.parameters()), None)
+    save_trainer_state(root / "step-00000001", model, torch.optim.AdamW(model.parameters()), None)
     (root / "step-00000001" / "config.yaml").write_text(yaml.safe_dump({"model": {"path": str(model_dir)}}))
-    (root / "step-00000001" / checkpoint.COMPLETE).write_text("1\n")
+    (root / "step-00000001" / COMPLETE).write_text("1\n")
     return root / "step-00000001"
 
 

@@ -1,4 +1,5 @@
-"""roles.raw_shards: DCP checkpoints whose shard files hold raw tensor bytes load back exactly."""
+"""roles/checkpoint/storage/raw_shards.py: DCP checkpoints whose shard files hold raw tensor bytes
+load back exactly."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-from roles import checkpoint, direct_io
-from roles.raw_shards import RAW_SUFFIX, RawShardReader, RawShardWriter
+from roles.checkpoint.layout import CheckpointIOError
+from roles.checkpoint.storage import direct_io
+from roles.checkpoint.storage.raw_shards import RAW_SUFFIX, RawShardReader, RawShardWriter
+from roles.checkpoint.trainer_state import load_trainer_state, save_trainer_state
 
 
 def state() -> dict:
@@ -102,16 +105,16 @@ def linear_with_adamw(seed: int):
 
 def test_a_truncated_shard_file_is_an_error_that_names_the_tensor(tmp_path):
     model, opt = linear_with_adamw(0)
-    checkpoint.save_trainer_state(tmp_path, model, opt, None)
+    save_trainer_state(tmp_path, model, opt, None)
     shard = tmp_path / "trainer" / f"__0_0{RAW_SUFFIX}"
     os.truncate(shard, shard.stat().st_size - 100)
     fresh, fresh_opt = linear_with_adamw(1)
     with pytest.raises(
-        checkpoint.CheckpointIOError,
+        CheckpointIOError,
         match=r"loading the trainer state from .* failed \(trainer 0: EOFError: checkpoint file ends before "
         r".*\(\d+ bytes at \d+ of __0_0.raw\) \(truncated",
     ):
-        checkpoint.load_trainer_state(tmp_path, fresh, fresh_opt, None)
+        load_trainer_state(tmp_path, fresh, fresh_opt, None)
 
 
 def test_a_disk_error_in_the_background_write_reaches_the_save(tmp_path, monkeypatch):
@@ -126,10 +129,10 @@ def test_a_disk_error_in_the_background_write_reaches_the_save(tmp_path, monkeyp
     monkeypatch.setattr(os, "pwrite", full_disk)
     monkeypatch.setattr(direct_io, "CHUNK_BYTES", 1 << 20)
     with pytest.raises(
-        checkpoint.CheckpointIOError,
+        CheckpointIOError,
         match=r"saving the trainer state into .* failed \(trainer 0: OSError: .*No space left",
     ):
-        checkpoint.save_trainer_state(tmp_path, model, opt, None)
+        save_trainer_state(tmp_path, model, opt, None)
     assert not (tmp_path / "trainer" / ".metadata").exists()  # no checkpoint claims to be whole
     # The background writer is gone too (other tests' threads may still run: name it).
     assert not [t for t in threading.enumerate() if t.name.startswith("mpirl-direct-io")]

@@ -1,4 +1,5 @@
-"""roles.direct_io: checkpoint files written with direct I/O are the files DCP's own writer makes."""
+"""roles/checkpoint/storage/direct_io.py: checkpoint files written with direct I/O are the files
+DCP's own writer makes."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-from roles import direct_io
-from roles.direct_io import ALIGN, DirectFileSystemWriter, DirectWriteStream, without_zip_crc
+from roles.checkpoint.storage import direct_io
+from roles.checkpoint.storage.direct_io import ALIGN, DirectFileSystemWriter, DirectWriteStream, without_zip_crc
 
 CHUNK = 2 * ALIGN  # small chunks, so a few KiB cross several chunk boundaries
 

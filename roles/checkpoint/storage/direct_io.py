@@ -2,16 +2,16 @@
 the page cache.
 
 Why: torch.distributed.checkpoint's ``FileSystemWriter`` writes through the page cache and then
-``fsync``\\ s each file, so a save copies every byte twice and waits for the kernel's writeback.
-On the CI-like machine that ran at 0.2-0.5 GB/s where ``dd oflag=direct`` reaches 0.65-0.9
-(``bench/checkpoint.py``). :class:`DirectFileSystemWriter` is the same writer (same files,
-same ``.metadata``; ``FileSystemReader`` loads them unchanged) whose files are written by
-:class:`DirectWriteStream`: aligned chunks from a page-aligned buffer through an ``O_DIRECT``
-descriptor, the tail padded to the alignment and the file cut back to its true length.
+``fsync``\\ s each file, so a save copies every byte twice and waits for the kernel's writeback
+(``bench/checkpoint.py`` compares it with ``dd oflag=direct``). :class:`DirectFileSystemWriter`
+is the same writer (same files, same ``.metadata``; ``FileSystemReader`` loads them unchanged)
+whose files are written by :class:`DirectWriteStream`: aligned chunks from a page-aligned
+buffer through an ``O_DIRECT`` descriptor, the tail padded to the alignment and the file cut
+back to its true length.
 
-Each tensor is a small zip archive (``torch.save``), whose CRC-32 torch computes at about
-1 GB/s of one core: half a small save's time. ``torch.load`` never checks it (a flipped byte
-loads silently; tried with torch 2.13), so :func:`without_zip_crc` turns it off for a save.
+Each tensor is a small zip archive (``torch.save``), whose CRC-32 costs a large share of a
+small save's time; ``torch.load`` never checks it (a flipped byte loads silently), so
+:func:`without_zip_crc` turns it off for a save.
 
 Where the filesystem refuses ``O_DIRECT`` (tmpfs, some network filesystems), the same chunks
 go through an ordinary descriptor, so the writer works everywhere; ``fsync`` on close either

@@ -3,16 +3,14 @@
 DCP's own ``FileSystemWriter`` wraps every tensor in a ``torch.save`` zip archive: a few dozen
 small writes per tensor, two files per rank with two threads, and on load a ``torch.load``
 into a fresh tensor that is then copied into the model. For a small model saved by several
-trainers on one host that overhead was most of the save (``bench/checkpoint.py``: 0.41-0.45 x
-the disk's speed at 25M with two trainers, against 0.5 asked). Here the planning, the
-``.metadata`` file, resharding and the atomic folder are DCP's, unchanged; only the bytes
-differ:
+trainers on one host that overhead is most of the save (``bench/checkpoint.py``). Here the
+planning, the ``.metadata`` file, resharding and the atomic folder are DCP's, unchanged; only
+the bytes differ:
 
-- each rank writes one file, ``__<rank>_0.raw``, through
-  :class:`roles.direct_io.DirectWriteStream` (direct I/O, the copy into its buffer overlapped
-  with the disk write): every tensor's bytes as they lie in memory (a GPU shard's copied to
-  host memory first), one after another, and the pickled non-tensor items (``BYTE_IO``) as
-  DCP made them;
+- each rank writes one file, ``__<rank>_0.raw``, through :class:`direct_io.DirectWriteStream`
+  (direct I/O, the copy into its buffer overlapped with the disk write): every tensor's bytes
+  as they lie in memory (a GPU shard's copied to host memory first), one after another, and
+  the pickled non-tensor items (``BYTE_IO``) as DCP made them;
 - the ``.metadata`` records each item's file, offset and length in DCP's own ``_StorageInfo``;
   dtype and shape are in the metadata already (the chunk of the tensor it is);
 - :class:`RawShardReader` reads straight into the tensor it loads into (through host memory
@@ -47,7 +45,7 @@ from torch.distributed.checkpoint.planner import (
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
-from roles.direct_io import DirectFileSystemWriter, DirectWriteStream
+from roles.checkpoint.storage.direct_io import DirectFileSystemWriter, DirectWriteStream
 from runtime.loop_clock import LOOP
 
 RAW_SUFFIX = ".raw"
