@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from transports import codec
-from transports.codec import CodecError
+from transports.codec import CodecError, arrays, encoding
 
 
 @codec.message(name="CodecTestAny")
@@ -315,7 +315,7 @@ DROP = object()
 
 
 def pack(d: dict) -> bytes:
-    return msgpack.packb(d, default=codec._Encoder(out_of_band=False).default, use_bin_type=True)
+    return msgpack.packb(d, default=arrays._Encoder(out_of_band=False).default, use_bin_type=True)
 
 
 def test_every_truncation_is_a_codec_error():
@@ -437,7 +437,7 @@ def test_wrong_field_type(field, value, what):
 
 def array_ext(header: list, payload: bytes) -> msgpack.ExtType:
     h = msgpack.packb(header)
-    return msgpack.ExtType(codec._EXT_ARRAY, len(h).to_bytes(4, "little") + h + payload)
+    return msgpack.ExtType(arrays._EXT_ARRAY, len(h).to_bytes(4, "little") + h + payload)
 
 
 @pytest.mark.parametrize("nbytes", [0, 11, 13, 400])
@@ -491,7 +491,7 @@ class RaggedMsg:
 def _ragged_ext_count(data: bytes) -> int:
     seen = []
     msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=lambda code, d: seen.append(code) or None)
-    return seen.count(codec._EXT_RAGGED)
+    return seen.count(arrays._EXT_RAGGED)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -536,19 +536,19 @@ def test_the_message_itself_is_not_changed_by_encoding():
 
 def ragged_ext(dtype: str, lengths, payload: bytes) -> msgpack.ExtType:
     h = msgpack.packb([dtype, lengths])
-    return msgpack.ExtType(codec._EXT_RAGGED, len(h).to_bytes(4, "little") + h + payload)
+    return msgpack.ExtType(arrays._EXT_RAGGED, len(h).to_bytes(4, "little") + h + payload)
 
 
 @pytest.mark.parametrize(
     "ext,match",
     [
-        (msgpack.ExtType(codec._EXT_RAGGED, b"\x01"), "truncated"),
+        (msgpack.ExtType(arrays._EXT_RAGGED, b"\x01"), "truncated"),
         (ragged_ext("<i4", [2, 1], bytes(8)), "holds 8 bytes but its lengths need 12"),
         (ragged_ext("<i4", [2, -1], bytes(4)), "bad lengths"),
         (ragged_ext("<i4", "2", bytes(8)), "bad lengths"),
         (ragged_ext("no-such-dtype", [1], bytes(4)), "malformed header"),
         (ragged_ext("|O", [1], bytes(8)), "malformed header"),
-        (msgpack.ExtType(codec._EXT_RAGGED, (3).to_bytes(4, "little") + b"\xc1\xc1\xc1"), "malformed header"),
+        (msgpack.ExtType(arrays._EXT_RAGGED, (3).to_bytes(4, "little") + b"\xc1\xc1\xc1"), "malformed header"),
     ],
     ids=["truncated", "short", "negative", "not-a-list", "dtype", "object", "garbage"],
 )
@@ -568,10 +568,10 @@ class IntHinted:
 
 
 def test_only_fields_whose_hint_admits_a_list_are_looked_at_for_ragged_lists():
-    spec = codec._encode_spec(Typed)
+    spec = encoding._encode_spec(Typed)
     assert spec[4] == ("tags",)  # list[str]; ids (an array), metrics (a map) and the rest cannot
-    assert codec._encode_spec(RaggedMsg)[4] == ("ids", "other")  # list[np.ndarray] and Any
-    assert codec._encode_spec(IntHinted)[4] == ()
+    assert encoding._encode_spec(RaggedMsg)[4] == ("ids", "other")  # list[np.ndarray] and Any
+    assert encoding._encode_spec(IntHinted)[4] == ()
 
 
 def test_a_list_in_a_field_whose_hint_rules_it_out_still_encodes_and_is_refused_by_name():
@@ -601,13 +601,13 @@ def test_an_encoding_started_inside_another_one_gets_an_encoder_of_its_own(monke
     sends) encodes a message while the outer Packer is mid-message: both come out whole."""
     inner = IntHinted(n=7, s="inner")
     inner_bytes = []
-    as_numpy = codec._as_numpy
+    as_numpy = arrays._as_numpy
 
     def encoding_as_numpy(obj):
         inner_bytes.append(codec.encode(inner))
         return as_numpy(obj)
 
-    monkeypatch.setattr(codec, "_as_numpy", encoding_as_numpy)
+    monkeypatch.setattr(arrays, "_as_numpy", encoding_as_numpy)
     outer = typed(ids=np.arange(5, dtype=np.int64), tags=["x", "y"])
     for path in PATHS * 3:  # again and again: the encoders in the pool by then are taken too
         got = roundtrip(outer, path)
