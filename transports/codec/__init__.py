@@ -14,6 +14,8 @@ One job per module: ``registry`` (message types, schema version), ``arrays`` (th
 tensor extensions, in-band and out-of-band), ``encoding`` and ``decoding`` (the entry points),
 ``builders`` (the generated per-type decoding fast path), ``validation`` (type hints checked,
 problems named) and ``plain`` (the layout of plain messages for the compiled mailbox path).
+It knows nothing of which messages exist (the modules that define them register them, as
+roles/protocol.py does) nor of how the bytes travel (transports/mpi_transport.py).
 """
 
 from transports.codec.arrays import OOB_THRESHOLD_BYTES
