@@ -1,6 +1,7 @@
-"""Compile the mailbox's C path next to its sources: the transport (transports/fast_transport.pyx),
-the plain-message codec (transports/fast_codec.pyx) and the mailbox's send and poll
-(runtime/fast_mailbox.pyx), which calls the other two in C. They are built together or not at all.
+"""Compile the mailbox's C path next to its sources: the transport (transports/fast_transport.pyx)
+with its buffer pool (fast_buffers.pyx), the plain-message codec (fast_codec.pyx) and the
+mailbox's send and poll (runtime/fast_mailbox.pyx), which calls the transport and the codec in
+C. They are built together (transports/choose.py lists them) and used only together.
 
     python -m transports.build [--quiet]
 
