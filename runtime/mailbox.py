@@ -15,6 +15,7 @@ these all the time; code that sends and then computes for long without them shou
 from __future__ import annotations
 
 import collections
+import sys
 import time
 from collections.abc import Iterable
 from itertools import repeat
@@ -47,7 +48,8 @@ _tuple_new = tuple.__new__  # builds an Envelope without the Python frame of its
 def _compiled_path(transport):
     """The compiled MailboxPath class for a compiled transport; None for the Python one, or where
     runtime/fast_mailbox.pyx does not load (the mailbox's own send and poll then do the same)."""
-    if type(transport).__module__ != "transports.fast_transport":
+    compiled = sys.modules.get("transports.fast_transport")  # loaded if the transport is compiled
+    if compiled is None or not isinstance(transport, compiled.FastTransport):
         return None
     try:
         from runtime.fast_mailbox import MailboxPath
