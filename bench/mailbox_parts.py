@@ -24,7 +24,7 @@ of the raw round trip. ``posted_msgspec`` asks whether a faster codec would lowe
 enough: the same wire carrying the message encoded by msgspec (a msgpack codec written in C
 that also validates into a typed class, the fastest one for Python; installed with vLLM) and
 decoded into a typed struct (null when msgspec is not installed). Those two floors are why
-the mailbox's path is compiled (transports/fast_transport.pyx): with it the ``transport``
+the mailbox's path is compiled (transports/fast_*.pyx, runtime/fast_mailbox.pyx): with it the ``transport``
 rung sits on ``raw`` and the ``mailbox`` rung under ``posted_msgpack``. ``probe`` is context:
 the transport's earlier wire, a receive found by polling ``Improbe`` then ``Recv`` of the
 matched message into a buffer of its size. Single-process figures
@@ -287,11 +287,11 @@ def compiled_codec_us(msg, header: bytes) -> dict:
     fast = compiled_transport()
     if isinstance(fast, str) or os.environ.get("MPIRL_TRANSPORT", "auto").strip().lower() == "python":
         return {"compiled_encode_us": None, "compiled_decode_us": None}
-    from transports import fast_transport
+    from transports import fast_codec
 
     return {
-        "compiled_encode_us": round(per_call_us(lambda: fast_transport.encode_frames(msg)), 2),
-        "compiled_decode_us": round(per_call_us(lambda: fast_transport.decode(header)), 2),
+        "compiled_encode_us": round(per_call_us(lambda: fast_codec.encode_frames(msg)), 2),
+        "compiled_decode_us": round(per_call_us(lambda: fast_codec.decode(header)), 2),
     }
 
 

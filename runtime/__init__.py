@@ -1,7 +1,15 @@
 """The actor runtime on MPI: a role table, mailboxes, actors, shutdown and abort.
 
-Nothing here knows about reinforcement learning; any MPI program made of role-playing
-ranks that exchange messages can use it.
+What it holds: ``role_table`` (which rank plays which role), ``mailbox`` (typed messages
+between roles over the transports, with its compiled send and poll in ``fast_mailbox.pyx``),
+``actor`` (handlers and a step in one event loop, with ``backoff``), and how a job of such
+ranks ends: ``failure`` (an exception aborts the job), ``liveness`` and ``lifeline`` (a silent
+rank or a lost launcher ends it), ``preemption`` (a signal stops it at a safe point), ``faults``
+(injected failures for the tests), plus ``spans`` and ``loop_clock`` (what each rank did, when).
+
+Nothing here knows about reinforcement learning, rollouts, the roles of an RL job or model
+families; any MPI program made of role-playing ranks that exchange messages can use it. It
+builds on transports/ and never imports roles/ or launch/.
 
 The names below are imported on first use (PEP 562), so that a module of this package that
 needs no MPI (``runtime.loop_clock``, which the engines, the checkpoint writer and the reward

@@ -15,6 +15,7 @@ these all the time; code that sends and then computes for long without them shou
 from __future__ import annotations
 
 import collections
+import sys
 import time
 from collections.abc import Iterable
 from itertools import repeat
@@ -44,6 +45,19 @@ class Envelope(NamedTuple):
 _tuple_new = tuple.__new__  # builds an Envelope without the Python frame of its __new__
 
 
+def _compiled_path(transport):
+    """The compiled MailboxPath class for a compiled transport; None for the Python one, or where
+    runtime/fast_mailbox.pyx does not load (the mailbox's own send and poll then do the same)."""
+    compiled = sys.modules.get("transports.fast_transport")  # loaded if the transport is compiled
+    if compiled is None or not isinstance(transport, compiled.FastTransport):
+        return None
+    try:
+        from runtime.fast_mailbox import MailboxPath
+    except ImportError:
+        return None
+    return MailboxPath
+
+
 class Mailbox:
     def __init__(self, role_table: RoleTable, max_inflight_bytes: int = 256 * 1024 * 1024):
         """Collective over the role table's communicator (it is duplicated)."""
@@ -55,13 +69,13 @@ class Mailbox:
         # Looked up on every message: worked out once.
         self._senders = [Address(*role_table.whois(r)) for r in range(self.comm.Get_size())]
         self._ranks: dict[tuple, int] = {}
-        fast = getattr(self.transport, "mailbox_path", None)
-        if fast is not None:
-            # The compiled transport (transports/fast_transport.pyx) brings send() and poll()
-            # compiled too, the same lines over the same state: an instance attribute wins
-            # over the method, so every caller (wait, drain, actors) gets them. Their Python
-            # frames were a third of a small message's round trip (bench/mailbox_parts.py).
-            path = fast(self._ready, self._senders, self._ranks, role_table.rank_of, Envelope)
+        compiled = _compiled_path(self.transport)
+        if compiled is not None:
+            # On the compiled transport, send() and poll() are compiled too (runtime/fast_mailbox.pyx),
+            # the same lines over the same state: an instance attribute wins over the method, so
+            # every caller (wait, drain, actors) gets them. Their Python frames were a third of a
+            # small message's round trip (bench/mailbox_parts.py).
+            path = compiled(self.transport, self._ready, self._senders, self._ranks, role_table.rank_of, Envelope)
             self.send, self.poll, self.progress = path.send, path.poll, self.transport.progress
         self.closed = False
         self.dropped_after_close = 0  # messages that arrived after close(): a protocol smell

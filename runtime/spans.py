@@ -176,20 +176,3 @@ class Spans:
         os.replace(tmp, path)
         self.path, self._written = path, len(self.records)  # a later flush appends after these
         return path
-
-
-class NoSpans(Spans):
-    """A recorder that records nothing (for actors built outside a job, e.g. in tests)."""
-
-    def __init__(self):
-        super().__init__(-1, "none", 0)
-
-    @contextlib.contextmanager
-    def span(self, name: str):
-        yield
-
-    def add(self, name: str, start: float, end: float) -> None:
-        pass
-
-    def start_file(self, out_dir: str | Path) -> None:
-        pass

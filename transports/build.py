@@ -1,4 +1,7 @@
-"""Compile the transport's C path (transports/fast_transport.pyx) next to its source.
+"""Compile the mailbox's C path next to its sources: the transport (transports/fast_transport.pyx)
+with its buffer pool (fast_buffers.pyx), the plain-message codec (fast_codec.pyx) and the
+mailbox's send and poll (runtime/fast_mailbox.pyx), which calls the transport and the codec in
+C. They are built together (transports/choose.py lists them) and used only together.
 
     python -m transports.build [--quiet]
 
@@ -24,7 +27,6 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SOURCE = HERE / "fast_transport.pyx"
 # Written beside the module: which MPI it was compiled against, read before it is imported
 # (importing a module linked to another MPI library than the loaded one would mix the two).
 BUILD_INFO = HERE / "fast_transport.json"
@@ -58,8 +60,8 @@ def compile_flags(mpicc: str) -> tuple[list[str], list[str]]:
     raise BuildError(f"{mpicc} does not say its flags (-showme / -show)")
 
 
-def build(quiet: bool = False) -> Path:
-    """Compile the module in place; the path of the built extension."""
+def build(quiet: bool = False) -> list[Path]:
+    """Compile the modules in place; the paths of the built extensions."""
     try:
         from Cython.Build import cythonize
         from setuptools import Distribution, Extension
@@ -67,31 +69,35 @@ def build(quiet: bool = False) -> Path:
         raise BuildError(f"Cython and setuptools are needed ({e})") from None
     from mpi4py import MPI
 
-    from transports.choose import source_digest
+    from transports.choose import MODULES, source_digest
 
     digest = source_digest()  # of the source as it is compiled, not as it may be by the end
     mpicc = find_mpicc()
     includes, links = compile_flags(mpicc)
     vendor = MPI.get_vendor()[0]
-    ext = Extension(
-        "transports.fast_transport",
-        [str(SOURCE)],
-        include_dirs=includes,
-        extra_link_args=links,
-        extra_compile_args=["-O2", "-Wno-unused-function"],
-    )
     root = HERE.parent
+    # Each against the MPI's mpi.h: the mailbox path cimports the transport's class, MPI fields included.
+    exts = [
+        Extension(
+            name,
+            [name.replace(".", "/") + ".pyx"],
+            include_dirs=includes,
+            extra_link_args=links,
+            extra_compile_args=["-O2", "-Wno-unused-function"],
+        )
+        for name in MODULES
+    ]
     cwd = os.getcwd()
     with tempfile.TemporaryDirectory() as tmp:
         try:
             os.chdir(root)  # the extension's name is relative to the repository's root
-            modules = cythonize([ext], quiet=quiet, compiler_directives={"language_level": 3}, build_dir=tmp)
+            modules = cythonize(exts, quiet=quiet, compiler_directives={"language_level": 3}, build_dir=tmp)
             dist = Distribution({"name": "mpirl-fast-transport", "ext_modules": modules})
             cmd = dist.get_command_obj("build_ext")
             cmd.inplace = True
             cmd.build_temp = tmp
             dist.run_command("build_ext")
-            built = Path(cmd.get_ext_fullpath("transports.fast_transport")).resolve()
+            built = [Path(cmd.get_ext_fullpath(name)).resolve() for name in MODULES]
         except Exception as e:  # noqa: BLE001 - any compiler or Cython failure is a failed build
             raise BuildError(f"{type(e).__name__}: {e}") from None
         finally:
@@ -112,17 +118,17 @@ def main(argv: list[str] | None = None) -> int:
                 saved = os.dup(1)
                 os.dup2(null.fileno(), 1)
                 try:
-                    path = build(quiet=True)
+                    paths = build(quiet=True)
                 finally:
                     os.dup2(saved, 1)
                     os.close(saved)
         else:
-            path = build()
+            paths = build()
     except BuildError as e:
         print(f"transports.build: the compiled transport was not built: {e}", file=sys.stderr)
         print("transports.build: the mailbox will use the Python transport (slower per message)", file=sys.stderr)
         return 1 if args.strict else 0
-    print(f"transports.build: built {path.relative_to(HERE.parent)}")
+    print(f"transports.build: built {', '.join(str(p.relative_to(HERE.parent)) for p in paths)}")
     return 0
 
 

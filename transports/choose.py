@@ -1,10 +1,12 @@
 """Which MPI transport a mailbox uses: the compiled one when it is built for this MPI.
 
 transports/fast_transport.pyx is transports/mpi_transport.py's class compiled to C calls to
-MPI (``python -m transports.build``; ``make venv`` runs it). The two are the same on the wire,
-so ranks may even mix them. The compiled one is used when it was built and is built for the
-MPI that mpi4py loaded; ``MPIRL_TRANSPORT=python`` asks for the Python one, ``=compiled``
-makes its absence an error (for the tests and benchmarks that measure it).
+MPI (``python -m transports.build``; ``make venv`` runs it). It is built with the modules that go
+with it (its buffer pool, the plain-message codec and the mailbox's compiled send and poll: see
+``MODULES``). The two transports are the same on the wire, so ranks may even mix them. The
+compiled one is used when it was built and is built for the MPI that mpi4py loaded;
+``MPIRL_TRANSPORT=python`` asks for the Python one, ``=compiled`` makes its absence an error
+(for the tests and benchmarks that measure it).
 """
 
 from __future__ import annotations
@@ -20,12 +22,26 @@ from transports.mpi_transport import MPITransport
 ENV = "MPIRL_TRANSPORT"
 _HERE = Path(__file__).resolve().parent
 _BUILD_INFO = _HERE / "fast_transport.json"
-_SOURCE = _HERE / "fast_transport.pyx"
+# The compiled modules, built together (transports/build.py), and every source file they are
+# compiled from, relative to the repository's root.
+MODULES = ("transports.fast_buffers", "transports.fast_transport", "transports.fast_codec", "runtime.fast_mailbox")
+SOURCES = (
+    "transports/fast_buffers.pyx",
+    "transports/fast_buffers.pxd",
+    "transports/fast_transport.pyx",
+    "transports/fast_transport.pxd",
+    "transports/fast_codec.pyx",
+    "transports/fast_codec.pxd",
+    "runtime/fast_mailbox.pyx",
+)
 
 
-def source_digest(path: Path = _SOURCE) -> str:
-    """What a build records of the source it compiled: a module older than its source is not used."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+def source_digest(root: Path = _HERE.parent) -> str:
+    """What a build records of the sources it compiled: modules older than their sources are not used."""
+    digest = hashlib.sha256()
+    for name in SOURCES:
+        digest.update((root / name).read_bytes())
+    return digest.hexdigest()[:16]
 
 
 class TransportUnavailable(RuntimeError):
@@ -44,7 +60,7 @@ def compiled_transport():
         return "not built (python -m transports.build)"
     try:
         if built_from != source_digest():
-            return "older than transports/fast_transport.pyx (python -m transports.build)"
+            return f"older than its sources ({', '.join(SOURCES)}; python -m transports.build)"
     except OSError:  # an installed copy without the source: the build is all there is
         pass
     loaded = MPI.get_vendor()[0]

@@ -6,7 +6,8 @@ small message is batched and what blocks. This class does exactly that, with the
 path (send a header message, poll a slot, retire completed sends) in C calls to MPI on C
 arrays instead of Python objects: a round trip of the mailbox spends most of its time in that
 Python bookkeeping, not in MPI (bench/mailbox_parts.py). Large frames are received in C into a
-pool of its own (``ReceiveBuffers``); the rare paths (close) stay close to the Python original.
+pool of its own (``ReceiveBuffers``, transports/fast_buffers.pyx); the rare paths (close) stay close to the Python original.
+The mailbox's own send and poll over it are compiled beside the mailbox (runtime/fast_mailbox.pyx).
 
 Built by ``python -m transports.build`` (``make venv`` runs it) against the mpi.h of the MPI
 that mpi4py loads; transports/choose.py uses it only when that MPI is the one it was built
@@ -14,13 +15,10 @@ for, and ``MPIRL_TRANSPORT=python`` turns it off. Every mailbox test runs with b
 """
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
-from cpython.dict cimport PyDict_GetItem
-from cpython.object cimport PyObject
 from cpython.bytearray cimport PyByteArray_AS_STRING
-from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_FillInfo, PyObject_GetBuffer, PyBuffer_Release
+from cpython.buffer cimport PyBUF_SIMPLE, PyObject_GetBuffer, PyBuffer_Release
 from libc.stdint cimport uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
-from libc.string cimport memcmp, memcpy
 from mpi4py cimport MPI
 from mpi4py.libmpi cimport (
     MPI_ANY_SOURCE, MPI_BYTE, MPI_Cancel, MPI_Comm, MPI_Get_count, MPI_Issend, MPI_Isend, MPI_Message, MPI_Mprobe,
@@ -29,16 +27,13 @@ from mpi4py.libmpi cimport (
     MPI_Start, MPI_STATUS_IGNORE, MPI_Status, MPI_SUCCESS, MPI_Test, MPI_Test_cancelled, MPI_Wait,
 )
 
+from transports.fast_buffers cimport ReceiveBuffer, ReceiveBuffers
+
 import collections
 import time
-from typing import Union
 
-import msgspec
-import msgspec.structs
-import numpy as np
 from mpi4py import MPI as _MPI
 
-from transports import codec as _codec
 from transports.mpi_transport import (
     BATCH, BUFFER_TAG, HEADER_TAG, LARGE, RECEIVE_SLOTS, SLOT_BYTES, Received, _nbytes,
 )
@@ -92,98 +87,6 @@ cdef inline bytes _u32(uint32_t n):
     return n.to_bytes(4, "little")
 
 
-# ------------------------------------------------------------------ receive buffers
-
-cdef class _Block:
-    """Memory for one large frame: a numpy array (numpy asks the kernel for huge pages on big
-    allocations, as the raw receiver's buffer gets) and its address."""
-    cdef object owner
-    cdef char* ptr
-    cdef Py_ssize_t nbytes
-
-    def __cinit__(self, Py_ssize_t nbytes):
-        cdef Py_buffer buf
-        self.owner = np.empty(nbytes, dtype=np.uint8)
-        PyObject_GetBuffer(self.owner, &buf, PyBUF_WRITABLE)
-        self.ptr = <char*>buf.buf
-        PyBuffer_Release(&buf)  # the array keeps the memory
-        self.nbytes = nbytes
-
-
-cdef class ReceiveBuffer:
-    """A pooled receive buffer lent to the application: a writable buffer (``len``, the
-    buffer protocol; ``np.frombuffer`` views it) whose memory goes back to its pool once the
-    last reference is gone, views included (a view holds a reference to it).
-
-    ``_ReceiveBuffers`` of transports/mpi_transport.py does the same with a weakref finalizer
-    and an ``np.asarray`` per loan: that cost 9 µs with warm caches and 140 µs right after a
-    64 MiB receive had swept them, on the path of every large message (bench/mailbox.py)."""
-    cdef _Block block  # None until a pool lends one: only ReceiveBuffers.take makes them
-    cdef ReceiveBuffers pool
-
-    def __getbuffer__(self, Py_buffer* view, int flags):
-        if self.block is None:
-            raise ValueError("a ReceiveBuffer comes from ReceiveBuffers.take")
-        PyBuffer_FillInfo(view, self, self.block.ptr, self.block.nbytes, 0, flags)
-
-    def __releasebuffer__(self, Py_buffer* view):
-        pass
-
-    def __len__(self):
-        return 0 if self.block is None else self.block.nbytes
-
-    @property
-    def nbytes(self):
-        return len(self)
-
-    def __dealloc__(self):
-        if self.pool is not None and self.block is not None:
-            self.pool._give_back(self.block)
-
-
-cdef class ReceiveBuffers:
-    """The compiled transport's pool of large receive buffers; the rules of
-    ``_ReceiveBuffers`` (transports/mpi_transport.py): frames of at least ``min_bytes`` only,
-    reuse by exact size, at most ``max_free_bytes`` waiting, none still in use among them.
-    No lock: the GIL is held throughout, and nothing here can run Python code mid-way."""
-    cdef readonly Py_ssize_t min_bytes
-    cdef readonly Py_ssize_t max_free_bytes
-    cdef readonly Py_ssize_t free_bytes
-    cdef dict _free  # nbytes -> list of _Block
-
-    def __init__(self, Py_ssize_t min_bytes=1 << 20, Py_ssize_t max_free_bytes=256 << 20):
-        self.min_bytes = min_bytes
-        self.max_free_bytes = max_free_bytes
-        self.free_bytes = 0
-        self._free = {}
-
-    def take(self, Py_ssize_t nbytes):
-        """A writable buffer of ``nbytes`` (uninitialised), the caller's until it drops every view."""
-        return self._take(nbytes)
-
-    cdef object _take(self, Py_ssize_t nbytes):
-        if nbytes < self.min_bytes:
-            return bytearray(nbytes)
-        cdef ReceiveBuffer lease = ReceiveBuffer.__new__(ReceiveBuffer)
-        cdef list stack = self._free.get(nbytes)
-        if stack:
-            lease.block = stack.pop()
-            self.free_bytes -= nbytes
-        else:
-            lease.block = _Block(nbytes)
-        lease.pool = self
-        return lease
-
-    cdef _give_back(self, _Block block):
-        if self.free_bytes + block.nbytes > self.max_free_bytes:
-            return
-        stack = self._free.get(block.nbytes)
-        if stack is None:
-            stack = self._free[block.nbytes] = []
-        stack.append(block)
-        self.free_bytes += block.nbytes
-
-
 cdef inline char* _writable_address(object buf):
     """The memory of a bytearray or a ReceiveBuffer."""
     if type(buf) is bytearray:
@@ -192,41 +95,8 @@ cdef inline char* _writable_address(object buf):
 
 
 cdef class FastTransport:
-    """Drop-in for :class:`transports.mpi_transport.MPITransport` (same constructor, methods, counters)."""
-
-    cdef readonly object comm
-    cdef MPI_Comm _comm
-    cdef public Py_ssize_t max_inflight_bytes
-    cdef readonly Py_ssize_t batch_bytes
-    cdef readonly Py_ssize_t batch_entry_bytes
-    cdef ReceiveBuffers _buffers
-    # Sends not yet completed: parallel arrays (request, bytes, destination, header sequence
-    # number or 0 for a buffer) and, in ``_keep``, what each send's memory belongs to.
-    cdef MPI_Request* _req
-    cdef Py_ssize_t* _size
-    cdef int* _dest
-    cdef uint64_t* _seq
-    cdef list _keep
-    cdef Py_ssize_t _n
-    cdef Py_ssize_t _cap
-    cdef Py_ssize_t _inflight
-    cdef dict _batches  # destination -> batch (bytearray) not yet sent
-    # Per destination: the last header message sent, as its sequence number and request, and
-    # whether it has been seen complete (retired): the "peer has taken everything" signal.
-    cdef int _world
-    cdef uint64_t _next_seq
-    cdef uint64_t* _last_seq
-    cdef MPI_Request* _last_req
-    cdef char* _last_done
-    cdef object _inbox
-    cdef MPI_Request* _slots
-    cdef char** _slot_mem
-    cdef int _head
-    cdef readonly bint closed
-    cdef public long long bytes_sent
-    cdef public long long bytes_received
-    cdef public long long messages_sent
-    cdef public long long mpi_messages_sent
+    """Drop-in for :class:`transports.mpi_transport.MPITransport` (same constructor, methods, counters).
+    Its C attributes and methods are declared in fast_transport.pxd."""
 
     def __cinit__(self):
         self._req = NULL
@@ -511,10 +381,6 @@ cdef class FastTransport:
             self.progress()
         return got
 
-    def mailbox_path(self, ready, list senders, dict ranks, rank_of, envelope):
-        """:meth:`Mailbox.send` and :meth:`Mailbox.poll` over this transport, compiled (see MailboxPath)."""
-        return MailboxPath(self, ready, senders, ranks, rank_of, envelope)
-
     cdef object _receive(self):
         """Receive one header message (a message or a batch), if one has come."""
         if self.closed:
@@ -604,229 +470,3 @@ cdef class FastTransport:
                 dropped += 1
             _check(MPI_Request_free(&self._slots[i]))
         return dropped
-
-
-# ------------------------------------------------------------------ the mailbox's path
-
-# The codec for plain messages (transports/codec.py, plain_message_spec): their map packed
-# and checked here, every other message handed to the codec itself. Control messages are
-# plain (WeightsPushed, BatchDone, Stop, ...), and for them the codec's Python was most of a
-# round trip once the transport was compiled.
-cdef object _encode_frames = _codec.encode_frames
-cdef object _decode = _codec.decode
-cdef object _plain_spec = _codec.plain_message_spec
-cdef object _registered_types = _codec.registered_types
-cdef object _object_new = object.__new__
-# Only the scalars of plain_message_spec reach it: msgspec packs them as msgpack's Packer does
-# (the smallest int, float64, str and bin types), at half its cost per call.
-cdef object _pack_map = msgspec.msgpack.Encoder().encode
-cdef object _astuple = msgspec.structs.astuple
-
-
-cdef class _Plain:
-    cdef bytes prefix  # the map header counting "type" and "v", and those two entries
-    cdef Py_ssize_t skip  # the size of the fields' own map header, which the prefix replaces
-    cdef tuple names
-    cdef tuple allowed  # per field, a frozenset of the exact types it takes
-    cdef object cls
-    cdef Py_ssize_t n
-    # msgspec's decoder of the fields into a struct that mirrors the class (each field typed
-    # as the union of exactly what it allows), or None where msgspec cannot express that.
-    cdef object read_fields
-
-
-def _fields_reader(tuple names, tuple allowed):
-    """``decode(bytes) -> struct`` for a map holding ``names`` (and "type" and "v", which it
-    skips), each value of exactly one of its ``allowed`` types, or None if msgspec cannot
-    check that. msgspec's checks are exact where they matter here: an int field refuses a
-    bool, ``int | float`` keeps an int an int (a bare ``float`` would not), bytes refuses str."""
-    if "type" in names or "v" in names:
-        return None
-    try:
-        fields = [(n, Union[tuple(None if t is type(None) else t for t in a)]) for n, a in zip(names, allowed)]
-        return msgspec.msgpack.Decoder(msgspec.defstruct("PlainFields", fields)).decode
-    except Exception:  # noqa - a name or a union msgspec refuses: the map path decides
-        return None
-
-
-cdef dict _BY_CLASS = {}  # message class -> _Plain, or None if not plain
-
-
-cdef _Plain _plain_for_class(cls):
-    cdef _Plain spec = None
-    try:
-        return _BY_CLASS[cls]
-    except KeyError:
-        pass
-    got = _plain_spec(cls)
-    if got is not None:
-        spec = _Plain()
-        _, spec.prefix, spec.skip, spec.names, spec.allowed = got
-        spec.cls = cls
-        spec.n = len(spec.names)
-        spec.read_fields = _fields_reader(spec.names, spec.allowed)
-    _BY_CLASS[cls] = spec
-    return spec
-
-
-cdef dict _BY_WIRE_NAME = {}  # a registered class's wire name, UTF-8 -> _Plain, or None
-
-
-cdef _Plain _plain_for_bytes(bytes data):
-    """The plain class whose exact prefix ``data`` starts with (map header, "type", its name,
-    "v", this version: what encode_frames writes), or None. Read from the bytes, before any
-    decoding, so that a plain message is decoded once, straight into its fields."""
-    cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(data)
-    cdef Py_ssize_t size = len(data), at, length
-    cdef _Plain spec
-    if size < 1:
-        return None
-    if 0x80 <= p[0] <= 0x8F:  # fixmap
-        at = 1
-    elif p[0] == 0xDE:  # map16
-        at = 3
-    else:
-        return None
-    if size < at + 6 or memcmp(p + at, b"\xa4type", 5) != 0:
-        return None
-    at += 5
-    if 0xA0 <= p[at] <= 0xBF:  # fixstr
-        length = p[at] & 0x1F
-        at += 1
-    elif p[at] == 0xD9 and size > at + 1:  # str8
-        length = p[at + 1]
-        at += 2
-    else:
-        return None
-    if size < at + length:
-        return None
-    key = PyBytes_FromStringAndSize(<const char*>p + at, length)
-    try:
-        spec = _BY_WIRE_NAME[key]
-    except KeyError:
-        try:
-            cls = _registered_types().get(key.decode())  # a copy, but once per name
-        except UnicodeDecodeError:
-            return None
-        if cls is None:  # not (yet) a message type: never cached, garbage must not grow it
-            return None
-        spec = _BY_WIRE_NAME[key] = _plain_for_class(cls)
-    if spec is None or spec.read_fields is None:
-        return None
-    if size < len(spec.prefix) or memcmp(p, PyBytes_AS_STRING(spec.prefix), len(spec.prefix)) != 0:
-        return None
-    return spec
-
-
-cdef inline bint _fields_fit(_Plain spec, dict fields):
-    """Whether ``fields`` holds every field of ``spec``, each of a type it allows exactly."""
-    cdef Py_ssize_t i
-    cdef PyObject* value
-    for i in range(spec.n):
-        value = PyDict_GetItem(fields, spec.names[i])
-        if value == NULL or type(<object>value) not in <frozenset>spec.allowed[i]:
-            return False
-    return True
-
-
-cpdef list encode_frames(msg):
-    """:func:`transports.codec.encode_frames`, the same bytes, plain messages packed here."""
-    cdef _Plain spec = _plain_for_class(type(msg))
-    if spec is None:
-        return _encode_frames(msg)
-    fields = getattr(msg, "__dict__", None)
-    # The codec packs the instance dict as it is when it holds just the fields; so here.
-    if type(fields) is not dict or len(<dict>fields) != spec.n or not _fields_fit(spec, <dict>fields):
-        return _encode_frames(msg)
-    try:
-        body = _pack_map(fields)
-    except Exception:  # noqa - e.g. an int past 64 bits: the codec raises its own error
-        return _encode_frames(msg)
-    cdef Py_ssize_t head = len(spec.prefix), size = len(body) - spec.skip
-    out = PyBytes_FromStringAndSize(NULL, head + size)
-    memcpy(PyBytes_AS_STRING(out), PyBytes_AS_STRING(spec.prefix), head)
-    memcpy(PyBytes_AS_STRING(out) + head, PyBytes_AS_STRING(body) + spec.skip, size)
-    return [out]
-
-
-cpdef object decode(data, buffers=()):
-    """:func:`transports.codec.decode`, the same messages and errors, plain ones read here."""
-    cdef _Plain spec
-    cdef Py_ssize_t i
-    if not buffers and type(data) is bytes:
-        spec = _plain_for_bytes(<bytes>data)
-        if spec is not None:
-            # The prefix fixed the field count (n + 2), the type and the version; the reader
-            # checks each field's presence and exact type. A map that fails (a field missing,
-            # or of another type) goes to the codec, which names the problem.
-            try:
-                values = _astuple(spec.read_fields(data))
-            except Exception:  # noqa - msgspec's ValidationError or DecodeError
-                values = None
-            if values is not None:
-                # What the codec's builder does for a plain class: the instance without
-                # __init__, then each field set in order.
-                msg = _object_new(spec.cls)
-                for i in range(spec.n):
-                    setattr(msg, spec.names[i], values[i])
-                return msg
-    return _decode(data, buffers)
-
-
-cpdef list decode_many(datas):
-    """:func:`transports.codec.decode_many`: each message, or the exception decoding it raised."""
-    cdef list out = []
-    for data in datas:
-        try:
-            out.append(decode(data))
-        except Exception as e:
-            out.append(e)
-    return out
-
-
-cdef class MailboxPath:
-    """``Mailbox.send`` and ``Mailbox.poll`` (runtime/mailbox.py), line for line, in C.
-
-    A mailbox on the compiled transport takes these two as its own (runtime/mailbox.py says
-    why): with the transport in C, the Python frames of those two methods were a third of a
-    round trip. The state is the mailbox's own objects, shared, not copies; messages are
-    encoded and decoded with this module's plain-message path.
-    """
-
-    cdef FastTransport transport
-    cdef object ready  # the mailbox's deque of decoded envelopes not yet polled
-    cdef list senders
-    cdef dict ranks
-    cdef object rank_of
-    cdef object envelope
-
-    def __init__(self, FastTransport transport not None, ready, list senders, dict ranks, rank_of, envelope):
-        self.transport = transport
-        self.ready = ready
-        self.senders = senders
-        self.ranks = ranks
-        self.rank_of = rank_of
-        self.envelope = envelope
-
-    def send(self, to, msg):
-        rank = self.ranks.get(to)
-        if rank is None:
-            role, index = to
-            rank = self.ranks[to] = self.rank_of(role, index)
-        self.transport._send(rank, encode_frames(msg))
-
-    def poll(self):
-        ready = self.ready
-        if not ready:
-            got = self.transport._poll()
-            if got is None:
-                return None
-            source, headers, buffers = got
-            if len(headers) == 1:
-                return _tuple_new(self.envelope, (self.senders[source], decode(headers[0], buffers)))
-            sender = self.senders[source]
-            ready.extend([_tuple_new(self.envelope, (sender, m)) for m in decode_many(headers)])
-        env = ready.popleft()
-        if isinstance(env[1], Exception):
-            raise env[1]
-        return env

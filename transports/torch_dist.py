@@ -102,11 +102,3 @@ def new_group(ranks, backend: str | None = None, timeout_s: float | None = None)
     ranks = sorted(int(r) for r in ranks)
     group = dist.new_group(ranks, timeout=timeout, backend=backend)
     return group if dist.get_rank() in ranks else None
-
-
-def shutdown_torch_distributed() -> None:
-    """Destroy every process group (call on all ranks); safe when not initialized."""
-    global _store
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    _store = None

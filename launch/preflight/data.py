@@ -111,7 +111,7 @@ def load_tokenizer(cfg: RoleMap):
 
 
 # An example id travels in the rollout messages (PromptBatch.example_ids, Rollout.example_id,
-# EvalScored.example_id): the codec (transports/codec.py) packs it as a msgpack integer, 64
+# EvalScored.example_id): the codec (transports/codec/) packs it as a msgpack integer, 64
 # bits signed or unsigned, and the receiver takes only an int there (numpy integers are sent as
 # ints; a bool, a str or a float is refused): an id past that would fail at the first batch sent.
 ID_MIN, ID_MAX = -(2**63), 2**64 - 1

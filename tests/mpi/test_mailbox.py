@@ -343,7 +343,7 @@ def _receive_buffer_pools():
 
     if reason := _compiled_unusable():
         return [_ReceiveBuffers, pytest.param(None, marks=pytest.mark.skip(reason=reason))]
-    from transports.fast_transport import ReceiveBuffers
+    from transports.fast_buffers import ReceiveBuffers
 
     return [_ReceiveBuffers, ReceiveBuffers]
 
@@ -383,7 +383,7 @@ def test_receive_buffers_come_back_only_when_every_view_is_gone(pool_class):
 def test_a_receive_buffer_not_from_its_pool_lends_no_memory():
     if reason := _compiled_unusable():
         pytest.skip(reason)
-    from transports.fast_transport import ReceiveBuffer
+    from transports.fast_buffers import ReceiveBuffer
 
     with pytest.raises(ValueError, match="ReceiveBuffers.take"):
         memoryview(ReceiveBuffer())  # no block behind it: an error, not a read of address 0

@@ -1,7 +1,7 @@
-"""The compiled mailbox path's codec (transports/fast_transport.pyx) against the codec itself.
+"""The compiled plain-message codec (transports/fast_codec.pyx) against the codec itself.
 
 The compiled path packs and builds plain messages on its own (codec.plain_message_spec) and
-hands every other message to transports/codec.py. Differential tests, fuzzed (Hypothesis):
+hands every other message to transports/codec/. Differential tests, fuzzed (Hypothesis):
 for any message it encodes the same bytes as the codec, and for any bytes it decodes the
 same message or raises the same CodecError. Skipped where the compiled module is not built
 (``make venv`` builds it).
@@ -25,7 +25,7 @@ from transports.codec import CodecError
 if isinstance(compiled_transport(), str):
     pytest.skip(f"the compiled transport is {compiled_transport()}", allow_module_level=True)
 
-from transports import fast_transport as fast  # noqa: E402
+from transports import fast_codec as fast  # noqa: E402
 
 
 @codec.message(name="FastCodecScalars")

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 import roles.protocol as protocol
 from runtime.mailbox import Address, Mailbox
 from transports import codec
-from transports.codec import CodecError
+from transports.codec import CodecError, arrays
 
 SAMPLES = [
     protocol.PromptBatch(
@@ -182,7 +182,7 @@ def test_an_array_with_negative_dimensions_is_a_codec_error():
         header = msgpack.packb(["<i4", shape, False])
         data = len(header).to_bytes(4, "little") + header + np.arange(5, dtype="<i4").tobytes()
         if shape == [5]:
-            assert list(codec._inband_array(data)) == [0, 1, 2, 3, 4]  # the same bytes, well-formed
+            assert list(arrays._inband_array(data)) == [0, 1, 2, 3, 4]  # the same bytes, well-formed
         else:
             with pytest.raises(CodecError, match="negative dimension"):
-                codec._inband_array(data)
+                arrays._inband_array(data)
