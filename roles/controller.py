@@ -27,7 +27,6 @@ import numpy as np
 
 from roles import checkpoint, protocol
 from roles.checkpoint import CheckpointPlan, Resume
-from roles.config.controller import ControllerConfig
 from roles.evaluation import EvalConfig, EvalRound
 from roles.observe.run_log import RunLog
 from roles.prompt_stream import PromptStream, fingerprint
@@ -46,6 +45,7 @@ from roles.protocol import (
     StateSaved,
     StepDone,
 )
+from roles.sections.controller import ControllerConfig
 from runtime import PREEMPTED, Actor, Envelope, handles
 
 

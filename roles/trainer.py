@@ -9,7 +9,7 @@ forward/backward passes (``algorithm.skip_zero_advantage``); their tokens still 
 token mean, so the update is unchanged. A training rank left with fewer micro-batches than
 another runs zero-weight passes, so that FSDP's collectives (and the metrics' all-reduce,
 which needs the same keys on every rank) stay in step. GRPO's optional KL
-term reads the frozen reference model that ``roles.weights`` loads when ``kl_coef > 0``.
+term reads the frozen reference model that ``roles.weight_transport`` loads when ``kl_coef > 0``.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import torch.distributed as dist
 from roles import advantages as adv_lib
 from roles import checkpoint, losses
 from roles.checkpoint import CheckpointPlan, Resume
-from roles.config.trainer import TrainerConfig
 from roles.logprobs import response_logprobs
 from roles.protocol import CONTROLLER, Preempt, Rollout, RolloutConfig, Routes, Schedule, StepDone, WeightsPushed
+from roles.sections.trainer import TrainerConfig
 from runtime import Actor, Envelope, handles
 from runtime.faults import fault_injected
 from runtime.loop_clock import LOOP

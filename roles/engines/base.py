@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Literal, Protocol
 import numpy as np
 from pydantic import Field, model_validator
 
-from roles.engines.sim_config import SimConfig
-from roles.section import Section
+from roles.engines.sim_cost import SimConfig
+from roles.sections.base import Section
 
 if TYPE_CHECKING:
     import torch

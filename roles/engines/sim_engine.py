@@ -24,7 +24,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from roles.engines.base import Sample, SamplingConfig
-from roles.engines.sim_config import SimConfig
+from roles.engines.sim_cost import SimConfig
 
 
 class SimEngine:

@@ -20,7 +20,7 @@ from pydantic import field_validator
 
 from roles.models import generic, llama, qwen2
 from roles.models.base import ModelSpec, layers_by_name
-from roles.section import Section, shortened_path
+from roles.sections.base import Section, shortened_path
 
 if TYPE_CHECKING:
     import torch

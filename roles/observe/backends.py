@@ -20,8 +20,8 @@ import time
 import uuid
 from pathlib import Path
 
-from roles.config.observability import LoggingConfig
 from roles.observe.metric_names import eval_scalars, step_scalars
+from roles.sections.observability import LoggingConfig
 
 # backend -> (module that must import, the pip package that provides it)
 _PACKAGES = {"tensorboard": ("torch.utils.tensorboard", "tensorboard"), "wandb": ("wandb", "wandb")}

@@ -30,7 +30,7 @@ def task_class(name: str) -> type[Task]:
 
 def task_section(value) -> TaskConfig:
     """A role map's ``task: {name: ..., <the task's own options>}``, validated by that task's Config."""
-    from roles.section import field_error
+    from roles.sections.base import field_error
 
     if not isinstance(value, dict):
         raise ValueError(f"a mapping with the task's name and options, got {type(value).__name__}")

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from roles.section import Section
+from roles.sections.base import Section
 
 
 class WeightsConfig(Section):
