@@ -73,6 +73,24 @@ class TorchEngine:
             self.quant = Int8WeightOnly(self.model)
         self._params = dict(self.model.state_dict(keep_vars=True))
 
+    @classmethod
+    def from_config(cls, engine, model, *, max_seqs: int, seed: int = 0, module=None, stop_ids=None) -> TorchEngine:
+        """The engine of a role map's ``world.generator`` (``EngineConfig``) over its ``model:``,
+        or over ``module`` (colocated: sample with the caller's module, shared, not copied)."""
+        from roles.models import torch_dtype
+        from roles.tokenizer import eos_ids
+
+        if stop_ids is None:
+            stop_ids = eos_ids(model.path)
+        if module is not None:
+            return cls(module, stop_ids=stop_ids)
+        return cls(
+            model.path,
+            dtype=torch_dtype(engine.dtype or model.dtype),
+            quantization=engine.quantization,
+            stop_ids=stop_ids,
+        )
+
     # ------------------------------------------------------------------ Engine protocol
 
     def generate(self, prompts: list[np.ndarray], n: int, sampling: SamplingConfig) -> list[list[Sample]]:

@@ -93,8 +93,11 @@ class VllmEngine:
         self._tied = self._llm.collective_rpc(_tied_parameters)
 
     @classmethod
-    def from_config(cls, engine, model, *, max_seqs: int, seed: int = 0) -> VllmEngine:
-        """The engine of a role map's ``world.generator`` (``EngineConfig``) over its ``model:``."""
+    def from_config(cls, engine, model, *, max_seqs: int, seed: int = 0, module=None, stop_ids=None) -> VllmEngine:
+        """The engine of a role map's ``world.generator`` (``EngineConfig``) over its ``model:``.
+
+        ``module`` and ``stop_ids`` are the torch engine's (vLLM loads the folder and stops at
+        its tokenizer's EOS itself)."""
         return cls(
             cls.Config(
                 model=model.path,
@@ -108,11 +111,6 @@ class VllmEngine:
                 seed=seed,
             )
         )
-
-    @property
-    def llm(self):
-        """The underlying ``vllm.LLM`` (for benchmarks and debugging)."""
-        return self._llm
 
     # ------------------------------------------------------------------ Engine
 
