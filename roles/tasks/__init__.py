@@ -1,8 +1,13 @@
 """Tasks: prompt sources behind one interface (``roles.tasks.base.Task``), found by name.
 
 ``TASKS`` is the registry of built-ins (lazy ``module:Class`` paths, so naming one task imports
-only it); a role map may also name its own task as ``package.module:Class``. The tiny local
-models the tests and demos train live here too (``tiny_llama``).
+only it); a role map may also name its own task as ``package.module:Class``. A task owns its
+prompts, reference answers and default reward; ``file_task`` and ``files`` are what the
+tasks backed by local data files share. The tiny local models the tests and demos train live here
+too (``tiny_llama``, ``tiny_bpe``).
+
+A task knows nothing of tokenizers (turning a prompt into token ids is ``prompts``'s job),
+generation, scoring processes or ranks: the actors drive it.
 """
 
 from __future__ import annotations
