@@ -42,7 +42,7 @@ class EngineConfig(Section):
     # GPU (the default there); on CPU the default is 1 GiB (VLLM_CPU_KVCACHE_SPACE overrides).
     kv_cache_gib: float | None = Field(None, gt=0)
     # vLLM: torch.compile the model (and CUDA graphs on GPUs). None = on GPUs, off on CPU, where
-    # compiling costs about a minute at start-up (docs/log.md has the figures).
+    # compiling costs about a minute at start-up.
     compile: bool | None = None
     sim: SimConfig | None = None  # engine: sim only: the modelled cost of generation
 

@@ -240,10 +240,9 @@ class _PreallocatedLayer(DynamicLayer):
     """A ``DynamicLayer`` whose keys and values live in one buffer sized for the whole call.
 
     HF's ``DynamicLayer`` grows by ``torch.cat`` every step, copying the whole cache each time
-    (about half of ``generate``'s time on CPU: docs/log.md).
-    Here each step writes one slot and hands attention a view of the filled prefix, so
-    attention still sees exactly the real length and HF builds the same masks as for a
-    dynamic cache. Of ``DynamicLayer``'s other methods that touch ``keys``/``values``, those
+    (on CPU, much of ``generate``'s time). Here each step writes one slot and hands attention a
+    view of the filled prefix, so attention still sees exactly the real length and HF builds
+    the same masks as for a dynamic cache. Of ``DynamicLayer``'s other methods that touch ``keys``/``values``, those
     the engine never calls (crop, repeat, beam reorder) refuse rather than silently misbehave.
     """
 

@@ -78,7 +78,7 @@ class VllmEngine:
         block_size: int | None = None
         enable_prefix_caching: bool = True  # share the KV of a prompt's n samples; reset on each update
         # torch.compile the model (+ CUDA graphs on GPUs). None: on GPUs; off on CPU, where
-        # compiling costs about a minute at start-up (docs/log.md).
+        # compiling costs about a minute at start-up.
         compile: bool | None = None
         seed: int = 0  # engine seed (vLLM also seeds the process's global RNGs with it)
         cpu_threads: int | None = None  # CPU: torch/OpenMP threads; None = OMP_NUM_THREADS, else 1
