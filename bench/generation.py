@@ -36,6 +36,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from torch_vs_hf import hf_sample  # noqa: E402
+
 from examples.toy.tiny_llama import BENCH_25M, build_tiny_llama  # noqa: E402
 from roles.engines.base import SamplingConfig  # noqa: E402
 
@@ -148,25 +150,12 @@ def _runners(model_dir: Path, args):
         return run
 
     def run_torch(prompts, new_tokens):
-        # min_new_tokens = new_tokens: EOS banned throughout (what bench_vs_hf_generate does).
+        # min_new_tokens = new_tokens: EOS banned throughout (as torch_vs_hf.bench_vs_hf_generate).
         out = torch_engine._sample(list(prompts), sampling(new_tokens), None, new_tokens)
         return sum(len(s.response_ids) for s in out)
 
     def run_hf(prompts, new_tokens):
-        ids = torch.as_tensor(np.stack(prompts), dtype=torch.long)
-        with torch.inference_mode():
-            out = model.generate(
-                input_ids=ids,
-                attention_mask=torch.ones_like(ids),
-                do_sample=True,
-                temperature=1.0,
-                top_p=1.0,
-                top_k=0,
-                max_new_tokens=new_tokens,
-                min_new_tokens=new_tokens,
-                pad_token_id=torch_engine.pad_id,
-            )
-        return (out.shape[1] - ids.shape[1]) * ids.shape[0]
+        return hf_sample(model, torch.as_tensor(np.stack(prompts), dtype=torch.long), new_tokens, torch_engine.pad_id)
 
     runners = {name: vllm_runner(engine) for name, engine in engines.items()}
     return runners | {"torch": run_torch, "hf_generate": run_hf}, n_params, build_s

@@ -77,7 +77,7 @@ def build_actor(cfg: RoleMap, dist: Distributed, prepared: Prepared | None = Non
     # The transport is collective over the model ranks; colocated ranks take part with neither.
     transport = None
     if dist.model_comm is not None:
-        from roles.weights import build_weight_transport
+        from roles.weight_transport import build_weight_transport
 
         wait_for_all(dist.model_comm)  # whoever loaded first sleeps while the others load
         transport = build_weight_transport(

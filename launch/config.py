@@ -19,18 +19,18 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from roles.config.checkpoint import CheckpointConfig
-from roles.config.controller import ControllerConfig
-from roles.config.evaluation import EvalConfig
-from roles.config.observability import LoggingConfig
-from roles.config.reward import RewardConfig
-from roles.config.rollout import RolloutConfig
-from roles.config.trainer import TrainerConfig
 from roles.engines.base import EngineConfig
 from roles.models import ModelConfig
-from roles.section import Section
+from roles.sections.base import Section
+from roles.sections.checkpoint import CheckpointConfig
+from roles.sections.controller import ControllerConfig
+from roles.sections.evaluation import EvalConfig
+from roles.sections.observability import LoggingConfig
+from roles.sections.reward import RewardSection
+from roles.sections.rollout import RolloutConfig
+from roles.sections.trainer import TrainerConfig
 from roles.tasks import task_section
-from roles.weights import WeightsConfig
+from roles.weight_transport import WeightsConfig
 
 if TYPE_CHECKING:
     from roles.checkpoint.plan import CheckpointPlan
@@ -141,7 +141,7 @@ class RoleMap(Section):
     algorithm: TrainerConfig = TrainerConfig()
     # The prompt source (roles.tasks): its name and its own options, checked by its Config.
     task: Any
-    reward: RewardConfig = RewardConfig()
+    reward: RewardSection = RewardSection()
     eval: EvalConfig = EvalConfig()
     weights: WeightsConfig = WeightsConfig()
     checkpoint: CheckpointConfig = CheckpointConfig()
@@ -161,7 +161,7 @@ class RoleMap(Section):
                     f"reward: task {self.task.name!r} has no default reward; name one "
                     "(reward: {name: exact}, or package.module:function)"
                 )
-            self.reward = RewardConfig.model_validate(
+            self.reward = RewardSection.model_validate(
                 {"components": [default], "timeout_s": self.reward.timeout_s, "workers": self.reward.workers}
             )
         return self

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from launch.config import ConfigError
-from roles.section import shortened_path
+from roles.sections.base import shortened_path
 
 MAX_FILE_BYTES = 1 << 20
 MAX_DEPTH = 32

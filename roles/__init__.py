@@ -1,1 +1,28 @@
-"""The RL logic of mpirl: controller, generator, reward and trainer roles."""
+"""The RL logic of mpirl: the actors of an RL step, and the rooms they draw on.
+
+The actors (one per rank, each an ``runtime.Actor`` whose ``Config`` is its role-map section):
+
+- ``controller``: ``ControllerActor``, owns the prompt stream and the step loop;
+- ``generator``: ``GeneratorActor``, samples responses with an engine;
+- ``reward``: ``RewardActor``, scores each group of responses;
+- ``trainer``: ``TrainerActor``, takes a policy-gradient step and pushes the new weights;
+- ``colocated``: ``ColocatedActor``, the synchronous baseline (generate, then train, in turns);
+- ``protocol``: the messages of a step, who sends them to whom, and the version rules.
+
+The rooms:
+
+- ``sections/``: the actors' role-map sections and the strict ``Section`` base;
+- ``engines/``: generation engines (torch, vLLM, sim) behind one contract;
+- ``tasks/`` and ``rewards/``: prompt sources and scorers, found by name (``plugins``);
+- ``models/``: model families, the ``model:`` section and the dtype map;
+- ``observe/``: the run log, dashboards and progress display;
+- the algorithm: ``advantages``, ``losses``, ``logprobs``;
+- the policy and its weights: ``policy``, ``sharding``, ``weight_transport`` (which weight
+  transport a job uses, built from ``transports.weights``), ``tokenizer``;
+- the run's state: ``checkpoint/`` (layout, random states, the trainers' shards and their
+  storage back-ends, export, resume), ``run_files`` (the run folder's file names and its
+  tolerant JSON-lines reader), ``prompt_stream``, ``evaluation``.
+
+roles/ knows nothing of how a job is started or sized (``launch/``); it reaches other ranks only
+through ``runtime`` mailboxes and ``transports``, which know nothing of RL.
+"""

@@ -29,7 +29,6 @@ from roles import protocol
 from roles.checkpoint.layout import remove_partials
 from roles.checkpoint.plan import CheckpointPlan
 from roles.checkpoint.resume import Resume
-from roles.config.controller import ControllerConfig
 from roles.evaluation import EvalConfig, EvalRound
 from roles.observe.run_log import RunLog
 from roles.prompt_stream import PromptStream, fingerprint
@@ -48,6 +47,7 @@ from roles.protocol import (
     StateSaved,
     StepDone,
 )
+from roles.sections.controller import ControllerConfig
 from runtime import PREEMPTED, Actor, Envelope, handles
 
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from roles.config.evaluation import EvalConfig  # noqa: F401 - the eval: section, beside the rounds it configures
 from roles.protocol import EVAL_GREEDY, EVAL_SAMPLED, EvalScored
+from roles.sections.evaluation import EvalConfig  # noqa: F401 - the eval: section, beside the rounds it configures
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from roles.config.trainer import LossConfig
+from roles.sections.trainer import LossConfig
 
 
 def _prepare(logp, old_logp, advantages, mask, num_tokens):

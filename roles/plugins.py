@@ -1,8 +1,9 @@
 """Finding a component by name: a built-in from a registry, or user code as ``package.module:Name``.
 
 Tasks and rewards are looked up the same way, through one registry each (a dict of lazy
-``module:attribute`` paths, so naming a component imports only that component). There is no
-if-chain on names anywhere: adding a built-in is one module plus one registry line.
+``module:attribute`` paths, so naming a component imports only that component); so are engines
+(``roles.engines.ENGINES``, built-ins only). There is no if-chain on names anywhere: adding a
+built-in is one module plus one registry line.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from roles.checkpoint.rng import save_rng
-from roles.config.rollout import RolloutConfig
+from roles.sections.rollout import RolloutConfig
 from runtime import Address, Stop, handles
 from transports.codec import message
 

@@ -21,7 +21,6 @@ import time
 
 import numpy as np
 
-from roles.config.reward import RewardConfig
 from roles.observe.samples import shown_record, shown_samples
 from roles.protocol import (
     CONTROLLER,
@@ -33,11 +32,12 @@ from roles.protocol import (
     SavesRandomStates,
     Scored,
 )
+from roles.sections.reward import RewardSection
 from runtime import Actor, Envelope, handles
 
 
 class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
-    Config = RewardConfig  # the role map's reward: section
+    Config = RewardSection  # the role map's reward: section
 
     def __init__(self, mailbox, routes: Routes, tokenizer, task, scorer, *, prompts_per_step=1, shown_per_step=0):
         """``scorer``: a ``RewardSandbox`` (``score(items) -> results``, ``close()``) built from

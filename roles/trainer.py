@@ -9,7 +9,7 @@ forward/backward passes (``algorithm.skip_zero_advantage``); their tokens still 
 token mean, so the update is unchanged. A training rank left with fewer micro-batches than
 another runs zero-weight passes, so that FSDP's collectives (and the metrics' all-reduce,
 which needs the same keys on every rank) stay in step. GRPO's optional KL
-term reads the frozen reference model that ``roles.weights`` loads when ``kl_coef > 0``.
+term reads the frozen reference model that ``roles.weight_transport`` loads when ``kl_coef > 0``.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from roles.checkpoint.plan import CheckpointPlan
 from roles.checkpoint.resume import Resume
 from roles.checkpoint.rng import save_rng
 from roles.checkpoint.trainer_state import inject_fault, load_trainer_state, save_trainer_state
-from roles.config.trainer import TrainerConfig
 from roles.logprobs import response_logprobs
 from roles.protocol import CONTROLLER, Preempt, Rollout, RolloutConfig, Routes, Schedule, StepDone, WeightsPushed
+from roles.sections.trainer import TrainerConfig
 from runtime import Actor, Envelope, handles
 from runtime.faults import fault_injected
 from runtime.loop_clock import LOOP

@@ -232,7 +232,7 @@ def _prompts_per_step(config: dict) -> int | None:
     had (the trainer counts the advice may give must divide it all the same), None when it is not
     a count."""
     from launch.tools.report.runs import section
-    from roles.config.rollout import RolloutConfig
+    from roles.sections.rollout import RolloutConfig
 
     rollout = section(config, "rollout")
     value = rollout.get("prompts_per_step", RolloutConfig.model_fields["prompts_per_step"].default)

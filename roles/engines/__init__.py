@@ -1,7 +1,37 @@
-"""Generation engines a generator rank can drive (``torch``, ``vllm``), built from ``EngineConfig``."""
+"""Generation engines a generator rank drives, behind one contract (``roles.engines.base.Engine``), found by name.
+
+``ENGINES`` is the registry of built-ins (lazy ``module:Class`` paths, so naming one engine imports
+only it: vLLM is not imported by a torch run); each class builds itself from the role map with
+``from_config``. The role map's ``world.generator.engine`` accepts exactly these names
+(``EngineConfig``). Modules:
+
+- ``base``: the contract (``Engine``, ``Sample``, ``SamplingConfig``) and ``EngineConfig``;
+- ``torch_engine``: our KV-cache decode loop over a Hugging Face model (``quantization``: its int8);
+- ``vllm_engine``: an in-process ``vllm.LLM`` (``vllm_device``: what the device can run under it);
+- ``sim_engine``: a benchmark instrument that sleeps for the modelled time (``sim_cost``: that model).
+
+Engines know nothing of messages, ranks or the generator role that drives them: they sample
+token ids and take new weights by Hugging Face name.
+"""
+
+import importlib
 
 from roles.engines.base import EngineConfig, Sample, SamplingConfig
-from roles.models import torch_dtype
+
+ENGINES: dict[str, str] = {
+    "torch": "roles.engines.torch_engine:TorchEngine",
+    "vllm": "roles.engines.vllm_engine:VllmEngine",
+    "sim": "roles.engines.sim_engine:SimEngine",
+}
+
+
+def engine_class(name: str) -> type:
+    """The registered engine class called ``name``. Built-ins only (no ``package.module:Class``:
+    the role map accepts these names), and an engine module that fails to import raises as is."""
+    if name not in ENGINES:
+        raise ValueError(f"world.generator.engine: unknown engine {name!r}")
+    module, _, attr = ENGINES[name].partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 def make_engine(
@@ -15,29 +45,9 @@ def make_engine(
     turn), as in vLLM; None: read from the model folder's tokenizer. A job passes the one the
     controller's preflight found (launch/builders.py), so generators do not load the tokenizer.
     """
-    if config.engine == "torch":
-        from roles.engines.torch_engine import TorchEngine
-        from roles.tokenizer import eos_ids
-
-        if stop_ids is None:
-            stop_ids = eos_ids(model.path)
-        if module is not None:
-            return TorchEngine(module, stop_ids=stop_ids)  # sample with the caller's module: shared, not copied
-        return TorchEngine(
-            model.path,
-            dtype=torch_dtype(config.dtype or model.dtype),
-            quantization=config.quantization,
-            stop_ids=stop_ids,
-        )
-    if config.engine == "vllm":
-        from roles.engines.vllm_engine import VllmEngine
-
-        return VllmEngine.from_config(config, model, max_seqs=max_seqs, seed=seed)
-    if config.engine == "sim":
-        from roles.engines.sim_engine import SimEngine
-
-        return SimEngine(config.sim, seed=seed)
-    raise ValueError(f"world.generator.engine: unknown engine {config.engine!r}")
+    return engine_class(config.engine).from_config(
+        config, model, max_seqs=max_seqs, seed=seed, module=module, stop_ids=stop_ids
+    )
 
 
-__all__ = ["EngineConfig", "Sample", "SamplingConfig", "make_engine"]
+__all__ = ["ENGINES", "EngineConfig", "Sample", "SamplingConfig", "engine_class", "make_engine"]

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Literal, Protocol
 import numpy as np
 from pydantic import Field, model_validator
 
-from roles.engines.sim_config import SimConfig
-from roles.section import Section
+from roles.engines.sim_cost import SimConfig
+from roles.sections.base import Section
 
 if TYPE_CHECKING:
     import torch
@@ -42,7 +42,7 @@ class EngineConfig(Section):
     # GPU (the default there); on CPU the default is 1 GiB (VLLM_CPU_KVCACHE_SPACE overrides).
     kv_cache_gib: float | None = Field(None, gt=0)
     # vLLM: torch.compile the model (and CUDA graphs on GPUs). None = on GPUs, off on CPU, where
-    # compiling costs about a minute at start-up (docs/log.md has the figures).
+    # compiling costs about a minute at start-up.
     compile: bool | None = None
     sim: SimConfig | None = None  # engine: sim only: the modelled cost of generation
 

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from roles.engines.base import Sample, SamplingConfig
-from roles.engines.sim_config import SimConfig
+from roles.engines.sim_cost import SimConfig
 
 
 class SimEngine:
@@ -37,6 +37,11 @@ class SimEngine:
         self.slept_s = 0.0  # modelled time so far
         self.tail_wait_s = 0.0  # of it, rows waiting for their batch's longest sample (row-seconds / rows)
         self.updates = 0
+
+    @classmethod
+    def from_config(cls, engine, model, *, max_seqs: int, seed: int = 0, module=None, stop_ids=None) -> SimEngine:
+        """The engine of a role map's ``world.generator`` (its ``sim`` section); it loads no model."""
+        return cls(engine.sim, seed=seed)
 
     def generate(self, prompts: list[np.ndarray], n: int, sampling: SamplingConfig) -> list[list[Sample]]:
         if not prompts:

@@ -4,12 +4,11 @@ Why not ``model.generate``: the generator role needs, per sampled token, its log
 under the exact distribution it was drawn from (temperature and top-p applied), and it must
 drop finished rows from the batch instead of padding them to the end. Both are a few lines in
 a hand-written loop over ``model(..., past_key_values=cache)``, and the loop is at least as
-fast as ``generate`` (see ``bench_vs_hf_generate``).
+fast as ``generate`` (``bench/generation.py``).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -73,6 +72,24 @@ class TorchEngine:
             self.quant = Int8WeightOnly(self.model)
         self._params = dict(self.model.state_dict(keep_vars=True))
 
+    @classmethod
+    def from_config(cls, engine, model, *, max_seqs: int, seed: int = 0, module=None, stop_ids=None) -> TorchEngine:
+        """The engine of a role map's ``world.generator`` (``EngineConfig``) over its ``model:``,
+        or over ``module`` (colocated: sample with the caller's module, shared, not copied)."""
+        from roles.models import torch_dtype
+        from roles.tokenizer import eos_ids
+
+        if stop_ids is None:
+            stop_ids = eos_ids(model.path)
+        if module is not None:
+            return cls(module, stop_ids=stop_ids)
+        return cls(
+            model.path,
+            dtype=torch_dtype(engine.dtype or model.dtype),
+            quantization=engine.quantization,
+            stop_ids=stop_ids,
+        )
+
     # ------------------------------------------------------------------ Engine protocol
 
     def generate(self, prompts: list[np.ndarray], n: int, sampling: SamplingConfig) -> list[list[Sample]]:
@@ -118,34 +135,12 @@ class TorchEngine:
         gen: torch.Generator | None,
         min_new_tokens: int = 0,
     ) -> list[Sample]:
-        if sampling.temperature < 0:
-            raise ValueError(f"temperature must be >= 0 (0 = greedy), got {sampling.temperature}")
-        if not 0 < sampling.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {sampling.top_p}")
-        if sampling.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}")
-        if any(len(p) == 0 for p in prompts):
-            raise ValueError("every prompt needs at least one token")
-        B, T = len(prompts), sampling.max_new_tokens
-        lens = torch.tensor([len(p) for p in prompts], dtype=torch.long)
-        width = int(lens.max())
-        ids = torch.full((B, width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((B, width), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, width - len(p) :] = torch.as_tensor(p, dtype=torch.long)
-            mask[i, width - len(p) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
+        _check_request(prompts, sampling)
+        ids, mask, lens = self._left_padded(prompts)
         # Left padding: each row's real tokens take positions 0..len-1, as they would alone.
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        next_pos = lens.to(self.device)
-
-        out_ids = torch.full((B, T), self.pad_id, dtype=torch.long, device=self.device)
-        out_lp = torch.zeros((B, T), dtype=torch.float32, device=self.device)
-        out_len = torch.full((B,), T, dtype=torch.long, device=self.device)
-        stopped = torch.zeros((B,), dtype=torch.bool, device=self.device)
-        live = torch.arange(B, device=self.device)  # original row of each batch row still decoding
-
-        cache = _preallocated_cache(self.model.config, width + T)
+        out = _Responses(len(prompts), sampling.max_new_tokens, self.pad_id, self.device)
+        cache = _preallocated_cache(self.model.config, ids.shape[1] + sampling.max_new_tokens)
         logits = self.model(
             input_ids=ids,
             attention_mask=mask,
@@ -154,18 +149,36 @@ class TorchEngine:
             use_cache=True,
             logits_to_keep=1,
         ).logits[:, -1]
+        self._decode(logits, mask, lens.to(self.device), cache, out, sampling, gen, min_new_tokens)
+        return out.samples()
+
+    def _left_padded(self, prompts: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The prompts as one batch, padded on the left (on the device), its mask, and each prompt's length."""
+        lens = torch.tensor([len(p) for p in prompts], dtype=torch.long)
+        width = int(lens.max())
+        ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, width - len(p) :] = torch.as_tensor(p, dtype=torch.long)
+            mask[i, width - len(p) :] = 1
+        return ids.to(self.device), mask.to(self.device), lens
+
+    def _decode(self, logits, mask, next_pos, cache, out: _Responses, sampling, gen, min_new_tokens: int) -> None:
+        """Sample token by token into ``out``, from the prompts' last ``logits`` on."""
+        T = sampling.max_new_tokens
+        live = torch.arange(mask.shape[0], device=self.device)  # original row of each batch row still decoding
         for t in range(T):
             LOOP.tick()  # a long generation is progress, step by step (runtime.liveness)
             tok, lp = _pick(logits, sampling, self.eos_ids if t < min_new_tokens else None, gen)
-            out_ids[live, t] = tok
-            out_lp[live, t] = lp
+            out.ids[live, t] = tok
+            out.logprobs[live, t] = lp
             done = torch.isin(tok, self.eos_ids)
             if t == T - 1:
-                stopped[live[done]] = True
+                out.stopped[live[done]] = True
                 break
             if done.any():
-                out_len[live[done]] = t + 1
-                stopped[live[done]] = True
+                out.lengths[live[done]] = t + 1
+                out.stopped[live[done]] = True
                 # Drop finished rows from the batch and the cache: they cost nothing from here on.
                 keep = (~done).nonzero().squeeze(1)
                 if keep.numel() == 0:
@@ -182,16 +195,39 @@ class TorchEngine:
             ).logits[:, -1]
             next_pos = next_pos + 1
 
-        ids_np = out_ids.to(torch.int32).cpu().numpy()
-        lp_np = out_lp.cpu().numpy()
-        len_np, stop_np = out_len.cpu().numpy(), stopped.cpu().numpy()
+
+def _check_request(prompts: list[np.ndarray], sampling: SamplingConfig) -> None:
+    if sampling.temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {sampling.temperature}")
+    if not 0 < sampling.top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {sampling.top_p}")
+    if sampling.max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}")
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token")
+
+
+class _Responses:
+    """What one decode call samples, per prompt row: tokens, their log-probs, the length, and
+    whether EOS ended it ("stop") or ``max_new_tokens`` did ("length")."""
+
+    def __init__(self, rows: int, max_new_tokens: int, pad_id: int, device: torch.device):
+        self.ids = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long, device=device)
+        self.logprobs = torch.zeros((rows, max_new_tokens), dtype=torch.float32, device=device)
+        self.lengths = torch.full((rows,), max_new_tokens, dtype=torch.long, device=device)
+        self.stopped = torch.zeros((rows,), dtype=torch.bool, device=device)
+
+    def samples(self) -> list[Sample]:
+        ids = self.ids.to(torch.int32).cpu().numpy()
+        logprobs = self.logprobs.cpu().numpy()
+        lengths, stopped = self.lengths.cpu().numpy(), self.stopped.cpu().numpy()
         return [
             Sample(
-                response_ids=ids_np[i, : len_np[i]].copy(),
-                logprobs=lp_np[i, : len_np[i]].copy(),
-                finish_reason="stop" if stop_np[i] else "length",
+                response_ids=ids[i, : lengths[i]].copy(),
+                logprobs=logprobs[i, : lengths[i]].copy(),
+                finish_reason="stop" if stopped[i] else "length",
             )
-            for i in range(B)
+            for i in range(len(ids))
         ]
 
 
@@ -204,10 +240,9 @@ class _PreallocatedLayer(DynamicLayer):
     """A ``DynamicLayer`` whose keys and values live in one buffer sized for the whole call.
 
     HF's ``DynamicLayer`` grows by ``torch.cat`` every step, copying the whole cache each time
-    (about half of ``generate``'s time on CPU: docs/log.md).
-    Here each step writes one slot and hands attention a view of the filled prefix, so
-    attention still sees exactly the real length and HF builds the same masks as for a
-    dynamic cache. Of ``DynamicLayer``'s other methods that touch ``keys``/``values``, those
+    (on CPU, much of ``generate``'s time). Here each step writes one slot and hands attention a
+    view of the filled prefix, so attention still sees exactly the real length and HF builds
+    the same masks as for a dynamic cache. Of ``DynamicLayer``'s other methods that touch ``keys``/``values``, those
     the engine never calls (crop, repeat, beam reorder) refuse rather than silently misbehave.
     """
 
@@ -294,81 +329,3 @@ def _pick(
         logp = logp - torch.logsumexp(logp, dim=-1, keepdim=True)
     tok = torch.multinomial(logp.exp(), 1, generator=gen)
     return tok.squeeze(1), logp.gather(-1, tok).squeeze(1)
-
-
-def bench_vs_hf_generate(
-    model_dir: str | Path,
-    batch: int = 64,
-    new_tokens: int = 128,
-    prompt_len: int = 8,
-    repeats: int = 2,
-    seed: int = 0,
-    device: str = "cpu",
-) -> dict:
-    """Sampling throughput of this engine and of ``model.generate(do_sample=True)``, side by side.
-
-    Both produce exactly ``batch * new_tokens`` tokens (EOS is suppressed until the last
-    token, HF via ``min_new_tokens``), temperature 1, no top-p / top-k, on one shared model.
-    After one untimed warm-up each, the two are timed alternately ``repeats`` times (so a
-    burst of load on a shared machine hits both) and the best run of each counts.
-    Returns one flat dict: tokens per wall second and per CPU second of each, their ratios,
-    and the run's shape.
-    """
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
-    engine = TorchEngine(model, device=device)
-    g = torch.Generator().manual_seed(seed)
-    # Random ids above the special ones (0..2 in our tokenizers): a prompt of plain characters.
-    prompts = torch.randint(3, model.config.vocab_size, (batch, prompt_len), generator=g)
-    rows = [p.numpy().astype(np.int32) for p in prompts]
-    prompts = prompts.to(device)
-    sampling = SamplingConfig(temperature=1.0, top_p=1.0, max_new_tokens=new_tokens)
-
-    def ours() -> int:
-        gen = torch.Generator(device).manual_seed(seed)
-        out = engine._sample(rows, sampling, gen, new_tokens)  # ends with a copy to host: synced
-        return sum(len(s.response_ids) for s in out)
-
-    def hf() -> int:
-        torch.manual_seed(seed)
-        with torch.inference_mode():
-            out = model.generate(
-                input_ids=prompts,
-                attention_mask=torch.ones_like(prompts),
-                do_sample=True,
-                temperature=1.0,
-                top_p=1.0,
-                top_k=0,
-                max_new_tokens=new_tokens,
-                min_new_tokens=new_tokens,
-                pad_token_id=engine.pad_id,
-            )
-        out = out.cpu()  # wait for the device, as ours does
-        return (out.shape[1] - prompt_len) * batch
-
-    runs = {"hf_generate": (hf, [], []), "torch_engine": (ours, [], [])}
-    for fn, _, _ in runs.values():
-        fn()  # warm-up: allocator, lazy init, first-call paths
-    tokens = {}
-    for _ in range(repeats):
-        for name, (fn, walls, cpus) in runs.items():
-            t0, c0 = time.perf_counter(), time.process_time()
-            tokens[name] = fn()
-            walls.append(time.perf_counter() - t0)
-            cpus.append(time.process_time() - c0)
-    result = {
-        "batch": batch,
-        "new_tokens": new_tokens,
-        "prompt_len": prompt_len,
-        "device": device,
-        "threads": torch.get_num_threads(),
-    }
-    for name, (_, walls, cpus) in runs.items():
-        result[f"{name}_tokens"] = tokens[name]
-        result[f"{name}_tok_s"] = tokens[name] / min(walls)
-        # tokens per CPU-second: steadier than wall time when other jobs share the cores
-        result[f"{name}_tok_cpu_s"] = tokens[name] / min(cpus)
-    result["ratio"] = result["torch_engine_tok_s"] / result["hf_generate_tok_s"]
-    result["ratio_cpu"] = result["torch_engine_tok_cpu_s"] / result["hf_generate_tok_cpu_s"]
-    return result

@@ -52,6 +52,7 @@ import numpy as np
 import torch
 
 from roles.engines.base import Sample, SamplingConfig
+from roles.engines.vllm_device import check_cpu_head_size, check_device
 from runtime.loop_clock import LOOP
 
 _GiB = 1 << 30
@@ -77,7 +78,7 @@ class VllmEngine:
         block_size: int | None = None
         enable_prefix_caching: bool = True  # share the KV of a prompt's n samples; reset on each update
         # torch.compile the model (+ CUDA graphs on GPUs). None: on GPUs; off on CPU, where
-        # compiling costs about a minute at start-up (docs/log.md).
+        # compiling costs about a minute at start-up.
         compile: bool | None = None
         seed: int = 0  # engine seed (vLLM also seeds the process's global RNGs with it)
         cpu_threads: int | None = None  # CPU: torch/OpenMP threads; None = OMP_NUM_THREADS, else 1
@@ -93,8 +94,11 @@ class VllmEngine:
         self._tied = self._llm.collective_rpc(_tied_parameters)
 
     @classmethod
-    def from_config(cls, engine, model, *, max_seqs: int, seed: int = 0) -> VllmEngine:
-        """The engine of a role map's ``world.generator`` (``EngineConfig``) over its ``model:``."""
+    def from_config(cls, engine, model, *, max_seqs: int, seed: int = 0, module=None, stop_ids=None) -> VllmEngine:
+        """The engine of a role map's ``world.generator`` (``EngineConfig``) over its ``model:``.
+
+        ``module`` and ``stop_ids`` are the torch engine's (vLLM loads the folder and stops at
+        its tokenizer's EOS itself)."""
         return cls(
             cls.Config(
                 model=model.path,
@@ -108,11 +112,6 @@ class VllmEngine:
                 seed=seed,
             )
         )
-
-    @property
-    def llm(self):
-        """The underlying ``vllm.LLM`` (for benchmarks and debugging)."""
-        return self._llm
 
     # ------------------------------------------------------------------ Engine
 
@@ -267,70 +266,6 @@ def _checkpoint_names(model: str) -> set[str]:
     if not names:
         raise FileNotFoundError(f"no *.safetensors weights in {model!r}")
     return names
-
-
-class DeviceUnsupported(ValueError):
-    """The generator's device cannot run the role map's dtype or quantization (the field named)."""
-
-
-def check_device(dtype: str, quantization: str | None, platform) -> None:
-    """Refuse, before vLLM loads anything, a ``world.generator.dtype`` or ``quantization`` this
-    device cannot run, naming the field (vLLM's own errors come later and name neither).
-    ``platform``: vLLM's ``current_platform`` (a stand-in in the tests)."""
-    import torch
-
-    if getattr(torch, dtype, None) not in platform.supported_dtypes:
-        supported = ", ".join(str(d).removeprefix("torch.") for d in platform.supported_dtypes)
-        raise DeviceUnsupported(
-            f"world.generator.dtype {dtype!r}: vLLM on this device ({platform.device_name}) runs {supported}"
-        )
-    cuda = platform.is_cuda_alike()
-    if cuda and dtype == "bfloat16" and not platform.has_device_capability(80):
-        raise DeviceUnsupported(
-            f"world.generator.dtype 'bfloat16' needs a GPU of compute capability 8.0 or more; this one is "
-            f"{_capability(platform)}: use float16"
-        )
-    if quantization is None:
-        return
-    if not cuda:
-        raise DeviceUnsupported(
-            f"world.generator.quantization {quantization!r}: vLLM quantizes on the fly on CUDA GPUs only, and "
-            f"this generator runs on {platform.device_name}; on CPU use engine: torch with quantization: int8"
-        )
-    from vllm.model_executor.layers.quantization import get_quantization_config
-
-    needed = get_quantization_config(quantization).get_min_capability()
-    if not platform.has_device_capability(needed):
-        raise DeviceUnsupported(
-            f"world.generator.quantization {quantization!r} needs a GPU of compute capability "
-            f"{needed // 10}.{needed % 10} or more; this one is {_capability(platform)}"
-        )
-
-
-def check_cpu_head_size(model: str) -> None:
-    """Refuse, at build, a model whose attention head size vLLM's CPU backend cannot run: vLLM
-    itself says so only at the first generation, after every rank has started, and names
-    neither the model nor what would run (head_dim 16: "Unsupported CPU attention configuration")."""
-    from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
-
-    from roles.models import config_int, read_lm_config
-
-    data = read_lm_config(model)
-    head = config_int(data, "head_dim")
-    hidden, heads = config_int(data, "hidden_size"), config_int(data, "num_attention_heads")
-    if head is None and hidden is not None and heads:
-        head = hidden // heads
-    if head is not None and not CPUAttentionBackend.supports_head_size(head):
-        sizes = ", ".join(str(n) for n in CPUAttentionBackend.get_supported_head_sizes())
-        raise DeviceUnsupported(
-            f"model.path {model!r}: its attention heads are {head} wide, and vLLM's CPU backend runs "
-            f"head sizes {sizes} only; use world.generator.engine: torch for this model on CPU"
-        )
-
-
-def _capability(platform) -> str:
-    cap = platform.get_device_capability()
-    return "unknown" if cap is None else f"{cap.major}.{cap.minor}"
 
 
 def _build_llm(config: VllmEngine.Config):

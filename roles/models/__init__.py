@@ -6,7 +6,8 @@ with tensor_parallel 1). Adding a family is one module next to ``llama.py`` and 
 ``MODEL_SPECS``.
 
 Importing this package does not import torch (the role-map parser imports it): torch comes
-in only inside the functions that need it.
+in only inside the functions that need it. It knows nothing of training, generation or
+ranks: it describes models (``loading`` reads a complete one from its folder).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pydantic import field_validator
 
 from roles.models import generic, llama, qwen2
 from roles.models.base import ModelSpec, layers_by_name
-from roles.section import Section, shortened_path
+from roles.sections.base import Section, shortened_path
 
 if TYPE_CHECKING:
     import torch

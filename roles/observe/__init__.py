@@ -6,5 +6,6 @@
 - ``samples``: which generations of a step are shown;
 - ``progress``: the bar on a terminal, plain lines in a log file.
 
-Only the controller writes; the reward ranks pick and decode the shown generations.
+Only the controller writes; the reward ranks pick and decode the shown generations. It knows
+nothing of how metrics are computed or messages sent: it is handed values and records them.
 """

@@ -20,9 +20,9 @@ import time
 import uuid
 from pathlib import Path
 
-from roles.config.observability import LoggingConfig
 from roles.observe.metric_names import eval_scalars, step_scalars
 from roles.run_files import TENSORBOARD, WANDB_RUN_ID
+from roles.sections.observability import LoggingConfig
 
 # backend -> (module that must import, the pip package that provides it)
 _PACKAGES = {"tensorboard": ("torch.utils.tensorboard", "tensorboard"), "wandb": ("wandb", "wandb")}

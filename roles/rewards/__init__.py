@@ -2,7 +2,12 @@
 
 ``REWARDS`` is the registry of built-ins (lazy ``module:attribute`` paths); a role map may
 also name ``package.module:function`` or ``package.module:Class``. A task module may own
-its reward (the arith demo's ``arith_exact`` lives beside its task).
+its reward (the arith demo's ``arith_exact`` lives beside its task). ``combine`` weighs a
+reward's components; ``sandbox``, ``worker`` and ``server_signals`` run the scorers in
+separate processes under a time limit.
+
+A reward sees decoded text and the task's example: it knows nothing of tokens, models, ranks
+or messages. The role map's ``reward:`` section is ``roles.sections.reward.RewardSection``.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ user code have the same signature:
 
 - a function ``def my_reward(response: str, example) -> float | dict``, named in the role map
   as ``package.module:my_reward`` (it takes no options);
-- a class with a nested ``Config`` (a :class:`~roles.section.Section`) and
+- a class with a nested ``Config`` (a :class:`~roles.sections.base.Section`) and
   ``__init__(self, config)`` and ``__call__(self, response, example)``: the options written
   beside its name in the role map are validated against ``Config`` with the rest of the file.
 
@@ -21,14 +21,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from roles.section import Section
+from roles.sections.base import Section
 
 RewardValue = float | Mapping[str, float]
 RewardFn = Callable[[str, Any], RewardValue]
 
 
 class RewardConfig(Section):
-    """Options of a reward that has none; rewards with options subclass it."""
+    """A reward's own options: those of a reward that has none; rewards with options subclass it.
+
+    Not the role map's ``reward:`` section, which is ``roles.sections.reward.RewardSection``."""
 
 
 def score_of(value: RewardValue) -> tuple[float, dict[str, float]]:

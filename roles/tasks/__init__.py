@@ -1,9 +1,12 @@
 """Tasks: prompt sources behind one interface (``roles.tasks.base.Task``), found by name.
 
 ``TASKS`` is the registry of built-ins (lazy ``module:Class`` paths, so naming one task imports
-only it); a role map may also name its own task as ``package.module:Class``. A task holds
-prompts and reference answers: it knows nothing about models, training or generation, and
-nothing about tokenizers beyond ``prompts``, which renders its prompts into token ids.
+only it); a role map may also name its own task as ``package.module:Class``. A task owns its
+prompts, reference answers and default reward; ``file_task`` and ``files`` are what the
+tasks backed by local data files share.
+
+A task knows nothing of tokenizers (turning a prompt into token ids is ``prompts``'s job),
+generation, scoring processes or ranks: the actors drive it.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ def task_class(name: str) -> type[Task]:
 
 def task_section(value) -> TaskConfig:
     """A role map's ``task: {name: ..., <the task's own options>}``, validated by that task's Config."""
-    from roles.section import field_error
+    from roles.sections.base import field_error
 
     if not isinstance(value, dict):
         raise ValueError(f"a mapping with the task's name and options, got {type(value).__name__}")

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from roles.section import Section
+from roles.sections.base import Section
 
 Split = Literal["train", "eval"]
 SPLITS: tuple[Split, ...] = ("train", "eval")

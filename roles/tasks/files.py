@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from roles.section import shortened_path
+from roles.sections.base import shortened_path
 from roles.tasks.base import TaskDataError
 
 Kind = Literal["jsonl", "json", "parquet", "saved"]

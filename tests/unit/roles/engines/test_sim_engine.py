@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from roles.engines.base import EngineConfig, SamplingConfig
-from roles.engines.sim_config import LengthModel, SimConfig
+from roles.engines.sim_cost import LengthModel, SimConfig
 from roles.engines.sim_engine import SimEngine
 
 

@@ -176,14 +176,6 @@ def test_temperature_zero_is_greedy(model_dirs, prompts):
             ids = torch.cat([ids, torch.tensor([[want]])], dim=1)
 
 
-def test_bench_reports_equal_token_counts(model_dirs):
-    from roles.engines.torch_engine import bench_vs_hf_generate
-
-    r = bench_vs_hf_generate(model_dirs[0], batch=2, new_tokens=3, prompt_len=4, repeats=1)
-    assert r["hf_generate_tokens"] == r["torch_engine_tokens"] == 6
-    assert r["ratio"] > 0 and r["ratio_cpu"] > 0
-
-
 def test_a_bfloat16_engine_samples_with_its_own_policy(model_dirs, prompts):
     """A bf16 generator of a float32 trainer: after a sync it holds exactly the trainer's
     weights cast to bf16, and its log-probs mu are those of that bf16 model (a direct forward of

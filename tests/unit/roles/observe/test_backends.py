@@ -11,10 +11,10 @@ import textwrap
 
 import pytest
 
-from roles.config.observability import LoggingConfig
 from roles.observe.backends import open_backends
 from roles.observe.metric_names import step_scalars
 from roles.observe.run_log import RunLog
+from roles.sections.observability import LoggingConfig
 from support.paths import REPO
 from support.run_records import step_record, tensorboard_scalars, wandb_history
 
@@ -61,7 +61,7 @@ def test_tensorboard_logging_does_not_import_torch(tmp_path):
         f"""
         import sys
         from pathlib import Path
-        from roles.config.observability import LoggingConfig
+        from roles.sections.observability import LoggingConfig
         from roles.observe.backends import open_backends
         (tb,) = open_backends(LoggingConfig(tensorboard=True), Path({str(tmp_path)!r}), {{}})
         tb.log_step({{"step": 0}}); tb.log_samples(0, []); tb.close()
@@ -92,7 +92,7 @@ WANDB_SCRIPT = textwrap.dedent(
     import json, sys
     from pathlib import Path
     sys.path.insert(0, sys.argv[2])
-    from roles.config.observability import LoggingConfig, WandbConfig
+    from roles.sections.observability import LoggingConfig, WandbConfig
     from roles.observe.backends import open_backends
     from roles.observe.run_log import RunLog
     from support.run_records import step_record

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from roles.config.observability import LoggingConfig
 from roles.observe import backends as backends_lib
 from roles.observe.backends import BackendError, open_backends, samples_markdown
 from roles.observe.metric_names import eval_scalars, step_scalars
 from roles.observe.progress import Progress, launcher_env, progress_mode
 from roles.observe.run_log import RunLog
 from roles.observe.samples import shown_samples
+from roles.sections.observability import LoggingConfig
 from support.run_records import step_record
 
 # ------------------------------------------------------------------ metric names

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from roles.section import Section
+from roles.sections.base import Section
 
 
 class WeightsConfig(Section):
@@ -30,10 +30,9 @@ def resolve_transport(kind: str, placements: list[tuple[str, str | None, bool]],
 
     ``auto`` is ``torch`` (NCCL between GPUs, gloo between CPUs) except for CPU weights within
     one host in a synchronous run, where it is ``mpi``: there the push is the step's critical
-    path, and Open MPI's shared memory moves it faster than gloo's loopback TCP (32 generators
-    on 2 cores: 1.066-1.070x the ideal step against 1.076-1.121x, docs/log.md). Asynchronous
+    path, and Open MPI's shared memory moves it faster than gloo's loopback TCP. Asynchronous
     runs keep gloo: its threads move the bytes while the trainer computes, where an MPI send
-    moves only when the trainer calls into MPI (1.051-1.053x against 1.017-1.021x). So does a
+    moves only when the trainer calls into MPI. So does a
     host whose ranks cannot read each other's memory (a container forbidding it): there an
     MPI message moves in fragments that each need the sender's next MPI call.
     """

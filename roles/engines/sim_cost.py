@@ -10,7 +10,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from roles.section import Section
+from roles.sections.base import Section
 
 
 class LengthModel(Section):

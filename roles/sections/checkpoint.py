@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from roles.section import Section
+from roles.sections.base import Section
 
 
 class CheckpointConfig(Section):

@@ -1,4 +1,4 @@
-"""roles.engines.vllm_engine.check_device: a dtype or quantization the generator's device
+"""roles.engines.vllm_device.check_device: a dtype or quantization the generator's device
 cannot run is refused before vLLM loads anything, naming the role map's field."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from roles.engines.vllm_engine import DeviceUnsupported, check_device
+from roles.engines.vllm_device import DeviceUnsupported, check_device
 
 
 class FakeGPU:
@@ -83,7 +83,7 @@ def test_fp8_needs_the_capability_vllm_states_for_it():
 def test_a_head_size_the_cpu_backend_cannot_run_is_refused_at_build(tmp_path, shape, refused):
     import json
 
-    from roles.engines.vllm_engine import check_cpu_head_size
+    from roles.engines.vllm_device import check_cpu_head_size
 
     (tmp_path / "config.json").write_text(json.dumps(shape))
     if refused:

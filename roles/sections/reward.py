@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator, model_validator
 
-from roles.section import Section, field_error
+from roles.sections.base import Section, field_error
 
 
 class RewardComponent(Section):
@@ -51,7 +51,7 @@ class RewardComponent(Section):
         return self.label or self.name.rpartition(":")[2]
 
 
-class RewardConfig(Section):
+class RewardSection(Section):
     """The role map's ``reward:`` section: what scores a response, and the scorers' limits."""
 
     # What scores a response. Written as a name (reward: gsm8k), one component with its options

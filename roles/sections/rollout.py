@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from roles.section import Section
+from roles.sections.base import Section
 
 # Bounds far above any real run's, so that a typo (an exponent, a zero too many) is named
 # before any work instead of being found by the OOM killer; launch/preflight/sizing.py then checks the

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from roles.section import Section
+from roles.sections.base import Section
 
 
 class LossConfig(Section):

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from roles.section import Section
+from roles.sections.base import Section
 
 WANDB_MODES = ("online", "offline", "disabled")
 
