@@ -65,6 +65,10 @@ class Actor:
 
     # Overridables ---------------------------------------------------------------
 
+    def on_start(self) -> None:
+        """Called once as the loop starts: an actor's first messages go here, not in its
+        constructor, so that whoever runs it decides where and when it starts."""
+
     def step(self) -> bool:
         """Do one unit of work that no message triggered; return True if anything was done."""
         return False
@@ -111,6 +115,7 @@ class Actor:
 
     def run(self) -> None:
         try:
+            self.on_start()
             self._loop()
         except BaseException:
             self.spans.flush()  # a failing rank's last seconds too, before the job is aborted
