@@ -8,7 +8,9 @@ batch is there when the weights land; colocated ranks, which generate what they 
 get a step's prompts only once its policy exists). So with ``max_staleness = 0`` a step's
 data is sampled by the very policy it trains (synchronous on-policy), with 1 the generators
 sample step s+1 while the trainer trains step s (LlamaRL's one-step off-policy). It logs one
-JSON line per step from the notices it receives and stops everyone after ``run.steps`` steps.
+JSON line per step from the notices it receives (``roles.observe.step_record``) and stops
+everyone after ``run.steps`` steps. Building it sends nothing: its first prompts go out from
+``on_start``, as its loop starts.
 
 With ``eval`` set it also sends evaluation rounds (``roles.evaluation``) through the same
 generators, tagged so that reward ranks return them here instead of to a trainer; training

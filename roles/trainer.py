@@ -1,5 +1,9 @@
 """Trainer rank: collects scored groups for a step, takes an AIPO (or GRPO) step, pushes weights.
 
+A step (``train_on``) reads like a training loop's: collect the rows (``roles.train_batch``),
+each micro-batch's loss and backward pass, apply the update, the step's figures; the
+collectives over the trainers are ``roles.trainer_group``'s.
+
 With several trainer ranks the policy is sharded (FSDP2) over the trainers' communicator
 and each rank trains on its fixed share of the step's groups; the loss is scaled so that
 FSDP's gradient average equals the token mean over the *whole* step's batch.
