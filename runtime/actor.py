@@ -4,8 +4,8 @@ An actor declares a handler per message type with ``@handles(Type)`` and may ove
 ``step()`` for compute that is not triggered by a message (a generator sampling its next
 batch, say). The loop interleaves the two: it handles every message that has arrived,
 runs one step, and backs off exponentially (up to ``max_idle_sleep_s``) when neither did
-anything, so an idle rank does not hold a core at 100%. An actor's first messages go out from
-``on_start()``, as its loop starts: building an actor sends nothing.
+anything, so an idle rank does not hold a core at 100%. An actor's first messages belong in
+``on_start()``, called as its loop starts, rather than in its constructor.
 """
 
 from __future__ import annotations
