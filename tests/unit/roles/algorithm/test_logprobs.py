@@ -13,17 +13,9 @@ def _tiny_llama(seed=0):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
-    return LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=17,
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            max_position_embeddings=32,
-        )
-    ).eval()
+    sizes = dict(vocab_size=17, hidden_size=16, intermediate_size=32, max_position_embeddings=32)
+    heads = dict(num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
+    return LlamaForCausalLM(LlamaConfig(**sizes, **heads)).eval()
 
 
 def _one_row(model, prompt, response, temperature):
