@@ -76,9 +76,9 @@ def probe_25m(dtype: str, quantization: str | None) -> None:
     from mpi4py import MPI
 
     from bench.checkpoint import SIZES, llama
+    from roles.algorithm.logprobs import response_logprobs
     from roles.engines.base import SamplingConfig
     from roles.engines.torch_engine import TorchEngine
-    from roles.logprobs import response_logprobs
     from roles.sharding import local_shards
     from transports.torch_dist import init_torch_distributed, new_group
     from transports.weights import Need, make_weight_transport

@@ -106,7 +106,7 @@ def _generator_need(cfg: RoleMap):
 
 
 def _controller(ctx: BuildContext):
-    from roles.controller import ControllerActor
+    from roles.controller import ControllerActor, ControllerData, Observers
     from roles.observe.progress import Progress
 
     cfg, prepared = ctx.cfg, ctx.prepared
@@ -122,18 +122,22 @@ def _controller(ctx: BuildContext):
         evaluation=cfg.eval,
         routes=ctx.routes,
         schedule=ctx.schedule,
-        prompts=prepared.data.train_prompts,
-        prompts_digest=prepared.data.train_fingerprint,
-        eval_prompts=prepared.data.eval_prompts,
-        data_stats=prepared.data.stats,
+        data=ControllerData(
+            train=prepared.data.train_prompts,
+            eval=prepared.data.eval_prompts,
+            stats=prepared.data.stats,
+            digest=prepared.data.train_fingerprint,
+        ),
         batch_prompts=cfg.world.generator.batch_prompts,
-        progress=progress,
-        backends=prepared.backends,
-        liveness=LivenessMonitor(
-            ctx.dist.liveness_comm,
-            {r: role for r, role in enumerate(cfg.world.roles_by_rank()) if role != "controller"},
-            cfg.run.liveness_timeout_s,
-            cfg.run.stall_timeout_s,
+        observers=Observers(
+            progress=progress,
+            backends=prepared.backends,
+            liveness=LivenessMonitor(
+                ctx.dist.liveness_comm,
+                {r: role for r, role in enumerate(cfg.world.roles_by_rank()) if role != "controller"},
+                cfg.run.liveness_timeout_s,
+                cfg.run.stall_timeout_s,
+            ),
         ),
         checkpoints=cfg.checkpoints(),  # every_steps 0: only on a stop signal
         resume=ctx.resume,

@@ -8,7 +8,9 @@ batch is there when the weights land; colocated ranks, which generate what they 
 get a step's prompts only once its policy exists). So with ``max_staleness = 0`` a step's
 data is sampled by the very policy it trains (synchronous on-policy), with 1 the generators
 sample step s+1 while the trainer trains step s (LlamaRL's one-step off-policy). It logs one
-JSON line per step from the notices it receives and stops everyone after ``run.steps`` steps.
+JSON line per step from the notices it receives (``roles.observe.step_record``) and stops
+everyone after ``run.steps`` steps. Building it sends nothing: its first prompts go out from
+``on_start``, as its loop starts.
 
 With ``eval`` set it also sends evaluation rounds (``roles.evaluation``) through the same
 generators, tagged so that reward ranks return them here instead of to a trainer; training
@@ -18,9 +20,9 @@ evaluates its final policy before it stops, and ``summary.json`` holds the figur
 
 from __future__ import annotations
 
-import collections
 import json
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -31,10 +33,9 @@ from roles.checkpoint.plan import CheckpointPlan
 from roles.checkpoint.resume import Resume
 from roles.evaluation import EvalConfig, EvalRound
 from roles.observe.run_log import RunLog
+from roles.observe.step_record import StepNotices, step_record, summary
 from roles.prompt_stream import PromptStream, fingerprint
 from roles.protocol import (
-    EVAL_GREEDY,
-    EVAL_SAMPLED,
     BatchDone,
     EvalScored,
     ForwardsStopSignals,
@@ -51,6 +52,28 @@ from roles.sections.controller import ControllerConfig
 from runtime import PREEMPTED, Actor, Envelope, handles
 
 
+@dataclass
+class ControllerData:
+    """The prompts the controller hands out, as rank 0 prepared them."""
+
+    train: dict[int, np.ndarray]  # training example id -> prompt token ids
+    eval: dict[int, np.ndarray] = field(default_factory=dict)  # the examples an eval round sends, in order
+    stats: dict = field(default_factory=dict)  # counts of the data as prepared, logged with each step
+    digest: str | None = None  # ``roles.prompt_stream.fingerprint`` of ``train``, if known
+
+
+@dataclass
+class Observers:
+    """What watches the run besides the controller's files: ``progress``, a
+    ``roles.observe.progress.Progress``; ``backends``, the dashboards it feeds
+    (``roles.observe.backends``, started before any work); ``liveness``, a
+    ``runtime.liveness.LivenessMonitor`` of the other ranks' heartbeats (None: not watched)."""
+
+    progress: object = None
+    backends: tuple | list = ()
+    liveness: object = None
+
+
 class ControllerActor(ForwardsStopSignals, Actor):
     Config = ControllerConfig  # the role map's run: section
 
@@ -63,47 +86,33 @@ class ControllerActor(ForwardsStopSignals, Actor):
         evaluation: EvalConfig,
         routes: Routes,
         schedule: Schedule,
-        prompts: dict[int, np.ndarray],
-        eval_prompts: dict[int, np.ndarray] | None = None,
-        data_stats: dict | None = None,
+        data: ControllerData,
         batch_prompts: int = 0,
-        progress=None,
-        backends=(),
-        liveness=None,
+        observers: Observers | None = None,
         checkpoints: CheckpointPlan | None = None,
         resume: Resume | None = None,
-        prompts_digest: str | None = None,
     ):
-        """``prompts`` maps each training example's id to its prompt token ids (``prompts_digest``:
-        their ``roles.prompt_stream.fingerprint``, when the caller has it already); ``eval_prompts``
-        the same for the examples an eval round sends (in order). ``data_stats``: counts of
-        the data as prepared (examples, prompts left out for length), logged with each step.
-        ``batch_prompts``: prompts per generation batch (0: an equal share of a step per generator).
-        ``progress``: a ``roles.observe.progress.Progress``; ``backends``: the dashboards it feeds
-        (``roles.observe.backends``, started before any work). ``liveness``: a
-        ``runtime.liveness.LivenessMonitor`` of the other ranks' heartbeats (None: not watched).
-        ``checkpoints``: where checkpoints go (``schedule`` says when); ``resume``: the checkpoint
-        this run continues from (its steps, data position and counters; metrics past it dropped)."""
+        """``data``: the prompts it hands out. ``batch_prompts``: prompts per generation batch (0:
+        an equal share of a step per generator). ``observers``: what watches the run besides its
+        files. ``checkpoints``: where checkpoints go (``schedule`` says when); ``resume``: the
+        checkpoint this run continues from (its steps, data position and counters; metrics past
+        it dropped). Sends nothing: the first prompts go out from ``on_start``."""
         super().__init__(mailbox)
+        observers = observers or Observers()
         self.config = config
         self.rollout = rollout
         self.evaluation = evaluation
         self.routes = routes
         self.schedule = schedule
-        self.prompts = prompts
-        digest = fingerprint(prompts) if prompts_digest is None else prompts_digest
-        self.stream = PromptStream(prompts, config.seed, digest=digest)
-        self.eval_prompts = eval_prompts or {}
-        self.data_stats = dict(data_stats or {})
+        self.prompts = data.train
+        self.stream = PromptStream(data.train, config.seed, digest=data.digest or fingerprint(data.train))
+        self.eval_prompts = data.eval or {}
+        self.data_stats = dict(data.stats or {})
         self.trainer_version = 0
         self.next_step_to_send = 0
         self.next_batch_id = 0
         self.batch_prompts = protocol.batch_prompts(rollout, routes.generators, batch_prompts)
-        # Per-step accumulators of the notices, merged into one metrics line per step.
-        self.gen = collections.defaultdict(collections.Counter)
-        self.scored = collections.defaultdict(collections.Counter)
-        self.components = collections.defaultdict(collections.Counter)  # per step: label -> sum
-        self.shown = collections.defaultdict(list)  # per step: the generations shown (samples.jsonl)
+        self.notices = StepNotices()  # per step, merged into one metrics line per step
         self._steps_done: dict[int, tuple] = {}  # step -> (StepDone, when it came): waiting for notices
         self.out = Path(config.out)
         self.last_pushed = 0  # newest weight version the trainer has sent to generators
@@ -120,30 +129,39 @@ class ControllerActor(ForwardsStopSignals, Actor):
         self._finish_after_save = False
         self._stop_reason = "finished"  # or PREEMPTED: the trainers checkpointed on a signal
         self._summary = None  # summary.json's figures, once written
-        self.liveness = liveness
+        self.liveness = observers.liveness
         self._next_liveness_check = 0.0
+        self._resumed = resume is not None
         if evaluation.enabled and not self.eval_prompts:
             raise ValueError("eval is set but there are no eval prompts (the task's eval split is empty)")
+        self._open_log(observers, resume)
+        if checkpoints is not None:
+            remove_partials(checkpoints.root)  # left by a save that never finished
+
+    def _open_log(self, observers: Observers, resume: Resume | None) -> None:
+        """The run's record and clocks: new, or continued from where ``resume`` stopped."""
         self.log = RunLog(
             self.out,
-            evaluation=evaluation.enabled,
+            evaluation=self.evaluation.enabled,
             resumed_at=resume.steps_done if resume is not None else None,
-            backends=backends,
-            progress=progress,
+            backends=observers.backends,
+            progress=observers.progress,
         )
         self.history, self.evals = self.log.history, self.log.evals  # the metrics and eval lines so far
         elapsed_before = self._resume(resume) if resume is not None else 0.0
         self.t_start = time.perf_counter() - elapsed_before  # elapsed_s continues over a resume
         self.t_last_step = time.perf_counter()
         self._busy_at_last_step, self._handled_at_last_step = 0.0, 0  # busy_s, messages_handled then
-        if checkpoints is not None:
-            remove_partials(checkpoints.root)  # left by a save that never finished
+
+    def on_start(self) -> None:
+        """The first prompts (after an eval round before training, or the one in flight when a
+        resumed run stopped); a run resumed from its last checkpoint ends at once."""
         if self.trainer_version >= self.schedule.steps:  # resumed from the run's last checkpoint
             self._finish()
             return
-        if evaluation.before_training and self.trainer_version == 0:
+        if self.evaluation.before_training and self.trainer_version == 0:
             self._start_eval(version=0)  # first, so the generators sample it with version 0
-        elif resume is not None and self._eval_due(self.trainer_version):
+        elif self._resumed and self._eval_due(self.trainer_version):
             self._start_eval(version=self.trainer_version)  # it was in flight when the run stopped
         self._fill()
 
@@ -248,37 +266,14 @@ class ControllerActor(ForwardsStopSignals, Actor):
 
     def _start_eval(self, version: int) -> None:
         """Send one eval round: greedy responses, and ``eval.samples`` sampled ones, per example."""
-        ev = self.evaluation
-        ids = list(self.eval_prompts)
         rnd = EvalRound(
-            round=self.next_eval_round,
-            policy_version=version,
-            step=len(self.history),
-            example_ids=ids,
-            samples=ev.samples,
+            self.next_eval_round, version, len(self.history), list(self.eval_prompts), self.evaluation.samples
         )
         self.next_eval_round += 1
         self.eval_rounds[rnd.round] = rnd
-        passes = [(EVAL_GREEDY, 1, 0.0)] + ([(EVAL_SAMPLED, ev.samples, ev.temperature)] if ev.samples else [])
-        starts = range(0, len(ids), self.batch_prompts)
-        batches = [(p, start) for p in passes for start in starts]
-        for index, ((purpose, n, temperature), start) in enumerate(batches):
-            chunk = ids[start : start + self.batch_prompts]
-            groups = protocol.eval_group_ids(self.next_eval_group, len(chunk))
-            self.next_eval_group += len(chunk)
-            self._send_batch(
-                batch_id=protocol.eval_batch_id(rnd.round, index, len(batches)),
-                step=rnd.step,
-                min_version=version,
-                example_ids=chunk,
-                group_ids=groups,
-                prompts=[self.eval_prompts[i] for i in chunk],
-                samples_per_prompt=n,
-                purpose=purpose,
-                eval_round=rnd.round,
-                temperature=temperature,
-                max_new_tokens=ev.max_new_tokens,
-            )
+        for fields in rnd.batches(self.eval_prompts, self.batch_prompts, self.evaluation, self.next_eval_group):
+            self.next_eval_group += len(fields["example_ids"])
+            self._send_batch(**fields)
 
     @handles(EvalScored)
     def on_eval_scored(self, env: Envelope) -> None:
@@ -303,29 +298,13 @@ class ControllerActor(ForwardsStopSignals, Actor):
             if m.eval_round in self.eval_rounds:
                 self.eval_rounds[m.eval_round].generate_s += m.generate_s
             return
-        c = self.gen[m.step]
-        c["generate_s"] += m.generate_s
-        c["gen_tail_wait_s"] += m.tail_wait_s
-        c["gen_wait_s"] += m.wait_s
-        c["weight_load_s"] += m.weight_load_s
-        c["weight_syncs"] += m.weight_syncs
-        c["gen_tokens"] += m.tokens
-        c["batches"] += 1
-        c["groups"] += m.groups
+        self.notices.add_batch(m)
         self._log_finished_steps()
 
     @handles(Scored)
     def on_scored(self, env: Envelope) -> None:
         m: Scored = env.msg
-        c = self.scored[m.step]
-        c["score_s"] += m.score_s
-        c["verifier_failures"] += m.failures
-        c["verifier_timeouts"] += m.timeouts
-        for key in ("samples", "reward_sum", "correct_sum", "length_sum", "clipped", "groups", "zero_advantage_groups"):
-            c[key] += getattr(m, key)
-        c["length_max"] = max(c["length_max"], m.length_max)
-        self.components[m.step].update(m.components)
-        self.shown[m.step].extend(m.shown)
+        self.notices.add_scored(m)
         self._log_finished_steps()
 
     @handles(StepDone)
@@ -347,46 +326,31 @@ class ControllerActor(ForwardsStopSignals, Actor):
         """
         P = self.rollout.prompts_per_step
         while (step := len(self.history)) in self._steps_done and self.running:
-            if self.gen[step]["groups"] < P or self.scored[step]["groups"] < P:
+            if not self.notices.complete(step, P):
                 return
             self._step_finished(*self._steps_done.pop(step))
 
     def _step_finished(self, m: StepDone, now: float) -> None:
         """Step ``m.step``'s line; then its checkpoint, eval, the run's end, or the next prompts."""
-        gen, scored = self.gen.pop(m.step, {}), self.scored.pop(m.step, {})
-        record = {
-            "step": m.step,
-            "policy_version": m.version,
-            "reward_mean": m.metrics.get("reward_mean"),
-            **self._response_metrics(scored, self.components.pop(m.step, {})),
-            "loss": m.metrics.get("loss"),
-            "tokens": int(m.metrics.get("tokens", 0)),
-            "generation_s": gen.get("generate_s", 0.0),
-            "reward_s": scored.get("score_s", 0.0),
-            "training_s": m.metrics.get("train_s"),
-            "weight_sync_s": m.metrics.get("weight_send_s", 0.0) + gen.get("weight_load_s", 0.0),
-            "weight_sync_bytes": int(m.metrics.get("weight_send_bytes", 0)),  # the trainers' payload
-            "generator_wait_s": gen.get("gen_wait_s", 0.0),
-            "generator_tail_wait_s": gen.get("gen_tail_wait_s", 0.0),  # of generation_s (BatchDone)
-            "staleness_max": m.metrics.get("staleness_max"),
-            "staleness_mean": m.metrics.get("staleness_mean"),
-            "verifier_failures": int(scored.get("verifier_failures", 0)),
-            "verifier_timeouts": int(scored.get("verifier_timeouts", 0)),
-            "prompts_too_long": int(self.data_stats.get("prompts_too_long", 0)),
-            "step_s": now - self.t_last_step,
-            "busy": {
-                **self._busy_fractions(gen, scored, m.metrics, now - self.t_last_step),
-                "controller": round((self.busy_s - self._busy_at_last_step) / max(now - self.t_last_step, 1e-9), 4),
-            },
-            "controller_messages": self.messages_handled - self._handled_at_last_step,
+        gen, scored, components, shown = self.notices.pop(m.step)
+        step_s = now - self.t_last_step
+        controller = {
+            "busy": round((self.busy_s - self._busy_at_last_step) / max(step_s, 1e-9), 4),
+            "messages": self.messages_handled - self._handled_at_last_step,
             "elapsed_s": now - self.t_start,
-            "checkpoint_save_s": m.metrics.get("checkpoint_save_s"),
-            "nonfinite_skipped": int(m.metrics.get("nonfinite_skipped", 0)),  # the update was not applied
-            "trainer": m.metrics,
         }
+        record = step_record(
+            m,
+            gen,
+            scored,
+            components,
+            routes=self.routes,
+            data_stats=self.data_stats,
+            step_s=step_s,
+            controller=controller,
+        )
         self.t_last_step = now
         self._busy_at_last_step, self._handled_at_last_step = self.busy_s, self.messages_handled
-        shown = sorted(self.shown.pop(m.step, []), key=lambda r: (r["sample"], r["group_id"]))
         self.log.step(record, shown)
         preempted = bool(m.metrics.get("preempted"))
         if self.checkpoints is not None and (preempted or self.schedule.checkpoint_due(m.step + 1)):
@@ -418,61 +382,10 @@ class ControllerActor(ForwardsStopSignals, Actor):
         protocol.stop_everyone(self.mailbox, self.routes, final_version=self.last_pushed, reason=self._stop_reason)
         self.stop(self._stop_reason)
 
-    @staticmethod
-    def _response_metrics(scored, components) -> dict:
-        """Per-step figures from the reward ranks' notices: correctness, components, lengths."""
-        samples, groups = scored.get("samples", 0), scored.get("groups", 0)
-        if not samples:
-            return {"correct_mean": None, "reward_components": {}}
-        return {
-            "correct_mean": scored["correct_sum"] / samples,
-            "reward_components": {label: total / samples for label, total in components.items()},
-            "response_length_mean": scored["length_sum"] / samples,
-            "response_length_max": int(scored["length_max"]),
-            "response_clip_ratio": scored["clipped"] / samples,  # cut at max_new_tokens
-            "zero_advantage_group_share": scored["zero_advantage_groups"] / max(groups, 1),
-        }
-
     def write_summary(self) -> None:
         """``summary.json``: what a user looks at first (training reward, eval figures, data)."""
-        h = self.history
-
-        def mean_of(key, rows):
-            vals = [r[key] for r in rows if r.get(key) is not None]
-            return sum(vals) / len(vals) if vals else None
-
-        summary = {
-            "steps": len(h),
-            "wall_s": time.perf_counter() - self.t_start,
-            "train_reward_first10": mean_of("reward_mean", h[:10]),
-            "train_reward_last10": mean_of("reward_mean", h[-10:]),
-            "train_correct_first10": mean_of("correct_mean", h[:10]),
-            "train_correct_last10": mean_of("correct_mean", h[-10:]),
-            **self.data_stats,
-        }
-        if self.evals:
-            summary["eval_first"], summary["eval_last"] = self.evals[0], self.evals[-1]
-            summary["eval"] = self.evals
-        (self.out / "summary.json").write_text(json.dumps(summary, indent=2))
-        self._summary = summary
-
-    def _busy_fractions(self, gen, scored, trainer: dict, step_s: float) -> dict[str, float]:
-        """Share of each role's rank-time this step spent working on the step's data.
-
-        Work is attributed to the step whose data it produced, so in asynchronous mode a
-        generator's figure describes batches sampled during the previous step's interval;
-        in steady state the ratio is the same.
-        """
-        if step_s <= 0:
-            return {}
-        r = self.routes
-        train_s = (trainer.get("train_s") or 0.0) + (trainer.get("weight_send_s") or 0.0)
-        busy = {
-            r.generate_role: (gen.get("generate_s", 0.0) + gen.get("weight_load_s", 0.0)) / (r.generators * step_s),
-            "reward": scored.get("score_s", 0.0) / (r.rewards * step_s),
-        }
-        busy[r.train_role] = busy.get(r.train_role, 0.0) + train_s / step_s
-        return {k: round(v, 4) for k, v in busy.items()}
+        self._summary = summary(self.history, self.evals, self.data_stats, time.perf_counter() - self.t_start)
+        (self.out / "summary.json").write_text(json.dumps(self._summary, indent=2))
 
     def on_stop(self, reason: str) -> None:
         # The summary line only for a run that finished (not one preempted or stopped by a failure).

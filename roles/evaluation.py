@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from roles import protocol
 from roles.protocol import EVAL_GREEDY, EVAL_SAMPLED, EvalScored
 from roles.sections.evaluation import EvalConfig  # noqa: F401 - the eval: section, beside the rounds it configures
 
@@ -57,6 +58,32 @@ class EvalRound:
     @property
     def done(self) -> bool:
         return len(self.greedy) + len(self.sampled) >= self.expected
+
+    def batches(self, prompts: dict, batch_prompts: int, ev: EvalConfig, first_group: int) -> list[dict]:
+        """The ``PromptBatch`` fields of the round's batches: greedy responses, and ``eval.samples``
+        sampled ones, per example, ``batch_prompts`` examples a batch; group ids from ``first_group``."""
+        passes = [(EVAL_GREEDY, 1, 0.0)] + ([(EVAL_SAMPLED, ev.samples, ev.temperature)] if ev.samples else [])
+        ids, out = self.example_ids, []
+        batches = [(p, start) for p in passes for start in range(0, len(ids), batch_prompts)]
+        for index, ((purpose, n, temperature), start) in enumerate(batches):
+            chunk = ids[start : start + batch_prompts]
+            out.append(
+                dict(
+                    batch_id=protocol.eval_batch_id(self.round, index, len(batches)),
+                    step=self.step,
+                    min_version=self.policy_version,
+                    example_ids=chunk,
+                    group_ids=protocol.eval_group_ids(first_group, len(chunk)),
+                    prompts=[prompts[i] for i in chunk],
+                    samples_per_prompt=n,
+                    purpose=purpose,
+                    eval_round=self.round,
+                    temperature=temperature,
+                    max_new_tokens=ev.max_new_tokens,
+                )
+            )
+            first_group += len(chunk)
+        return out
 
     def add(self, m: EvalScored) -> None:
         into = self.greedy if m.purpose == EVAL_GREEDY else self.sampled

@@ -32,10 +32,6 @@ class Policy:
         """What this rank sends in a weight sync: its rows of every parameter (no copy)."""
         return local_shards(self.model)
 
-    def named_full_params(self):
-        """Whole parameters by Hugging Face name (replicas only; for a local engine reload)."""
-        return [(n, p.detach()) for n, p in self.model.named_parameters()]
-
     def save(self, out_dir: str | Path, is_leader: bool) -> None:
         """Write a Hugging Face folder. Collective over the trainers when sharded.
 

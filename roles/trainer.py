@@ -1,5 +1,9 @@
 """Trainer rank: collects scored groups for a step, takes an AIPO (or GRPO) step, pushes weights.
 
+A step (``train_on``) reads like a training loop's: collect the rows (``roles.train_batch``),
+each micro-batch's loss and backward pass, apply the update, the step's figures; the
+collectives over the trainers are ``roles.trainer_group``'s.
+
 With several trainer ranks the policy is sharded (FSDP2) over the trainers' communicator
 and each rank trains on its fixed share of the step's groups; the loss is scaled so that
 FSDP's gradient average equals the token mean over the *whole* step's batch.
@@ -18,34 +22,21 @@ import collections
 import math
 import time
 
-import numpy as np
 import torch
-import torch.distributed as dist
 
-from roles import advantages as adv_lib
-from roles import losses
+from roles.algorithm import losses
+from roles.algorithm.logprobs import response_logprobs
 from roles.checkpoint.plan import CheckpointPlan
 from roles.checkpoint.resume import Resume
 from roles.checkpoint.rng import save_rng
 from roles.checkpoint.trainer_state import inject_fault, load_trainer_state, save_trainer_state
-from roles.logprobs import response_logprobs
 from roles.protocol import CONTROLLER, Preempt, Rollout, RolloutConfig, Routes, Schedule, StepDone, WeightsPushed
 from roles.sections.trainer import TrainerConfig
+from roles.train_batch import StepBatch, Tally, collect, pad, step_metrics
+from roles.trainer_group import TrainerGroup
 from runtime import Actor, Envelope, handles
 from runtime.faults import fault_injected
 from runtime.loop_clock import LOOP
-
-
-def _pad(arrays, pad_value, dtype):
-    longest = max(len(a) for a in arrays)
-    out = torch.full((len(arrays), longest), pad_value, dtype=dtype)
-    for i, a in enumerate(arrays):
-        out[i, : len(a)] = torch.as_tensor(a, dtype=dtype)
-    return out
-
-
-# Loss-module figures that are a micro-batch's maximum: the step's is the largest of them.
-_MICRO_BATCH_MAXIMA = ("ratio_max",)
 
 
 class TrainerActor(Actor):
@@ -88,7 +79,7 @@ class TrainerActor(Actor):
         self.local_params = policy.local_params  # callable -> what the weight sender pushes
         self.sender = sender
         self.dp_group = dp_group  # torch.distributed group of the trainers (None: one trainer)
-        self.n_trainers = routes.trainers
+        self.trainers = TrainerGroup(dp_group, routes.trainers)  # the step's collectives over them
         self.allreduce_grads = allreduce_grads and dp_group is not None
         self.is_leader = mailbox.role_table.index == 0
         self.optimizer = torch.optim.AdamW(
@@ -102,7 +93,7 @@ class TrainerActor(Actor):
             sender.guard(self.optimizer)
         self.version = 0  # policy version = optimizer steps taken
         self.step_index = 0  # the step being collected
-        self.groups_per_rank = rollout.prompts_per_step // self.n_trainers
+        self.groups_per_rank = rollout.prompts_per_step // self.trainers.size
         self.buffers: dict[int, list[Rollout]] = collections.defaultdict(list)
         self._collect_started: float | None = None
         self.last_metrics: dict[str, float] = {}
@@ -144,7 +135,7 @@ class TrainerActor(Actor):
             # What this rank put on the wire (each generator counted): halved by bf16 generators.
             metrics["weight_send_bytes"] = float(self.sender.stats.nbytes)
         metrics["weight_send_s"] = time.perf_counter() - t0
-        preempted = self._agree(self._preempt)
+        preempted = self.trainers.agree(self._preempt)
         if preempted:
             metrics["preempted"] = 1.0
         if self.checkpoints is not None and (preempted or self.schedule.checkpoint_due(self.version)):
@@ -153,7 +144,7 @@ class TrainerActor(Actor):
             with self.spans.span("checkpoint"):
                 self._save(self.checkpoints.partial(self.version))
             metrics["checkpoint_save_s"] = time.perf_counter() - t0
-        metrics = self._reduce_metrics(metrics)
+        metrics = self.trainers.reduce_metrics(metrics)
         if self.is_leader:
             self.mailbox.send(CONTROLLER, StepDone(step=self.step_index, version=self.version, metrics=metrics))
         self.last_metrics = metrics
@@ -166,15 +157,6 @@ class TrainerActor(Actor):
 
     def on_preempt(self) -> None:
         self._preempt = True
-
-    def _agree(self, flag: bool, every: bool = False) -> bool:
-        """Whether any training rank has the flag (or, with ``every``, all of them), the same
-        answer on each (collective): all stop after the same step, all apply a step or none."""
-        if self.dp_group is None:
-            return flag
-        t = torch.tensor([float(flag)])
-        dist.all_reduce(t, op=dist.ReduceOp.MIN if every else dist.ReduceOp.MAX, group=self.dp_group)
-        return bool(t.item())
 
     def _push(self, version: int) -> bool:
         """Announce and push ``version`` to the generators if the schedule says it is pushed."""
@@ -207,115 +189,73 @@ class TrainerActor(Actor):
     # ------------------------------------------------------------------ the update
 
     def train_on(self, groups: list[Rollout]) -> dict[str, float]:
+        """One optimizer step on this rank's share of the step: collect, micro-batch losses
+        (gradients accumulated), apply the update, the step's figures."""
         if self.config.sim is not None:
             return self._simulated_step(groups)
         t0 = time.perf_counter()
-        algo, temperature = self.config, self.temperature
-        prompts, responses, mus, advs, rewards, staleness = [], [], [], [], [], []
-        local_tokens = 0
-        id_sum = id_sqsum = 0.0  # a fingerprint of the examples trained (resume checks it)
-        for g in groups:
-            id_sum, id_sqsum = id_sum + g.example_id, id_sqsum + float(g.example_id) ** 2
-            rewards.extend(g.rewards)
-            staleness.append(self.version - g.policy_version)
-            local_tokens += sum(len(x) for x in g.response_ids)
-            if algo.skip_zero_advantage and not algo.kl_coef and np.ptp(g.rewards) == 0:
-                # Every sample scored the same: all advantages are 0, so the group adds
-                # nothing to the gradient. Its tokens still count in the token mean below,
-                # which keeps the update exactly what training on it would give.
-                continue
-            a = adv_lib.group_advantages(g.rewards, algo.advantage)
-            for ids, lp, ai in zip(g.response_ids, g.logprobs, a.tolist()):
-                prompts.append(g.prompt_ids)
-                responses.append(ids)
-                mus.append(lp)
-                advs.append(ai)
-
-        trained_samples = len(responses)
-        total_tokens = self._sum_across_trainers(float(local_tokens))
+        batch = collect(groups, self.config, self.version)
         # FSDP averages gradients over trainers; scaling by n/total makes that average the
         # token mean over the whole step (ranks' token counts differ).
-        scale = self.n_trainers / max(total_tokens, 1.0)
-
+        scale = self.trainers.size / max(self.trainers.sum(float(batch.tokens)), 1.0)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        loss_sum, trained_tokens, sums, mismatch_max = 0.0, 0.0, collections.Counter(), 0.0
-        maxima: dict[str, float] = {}
-        mb = algo.micro_batch
-        starts = list(range(0, len(responses), mb))
-        for start in starts + [None] * (self._micro_batches_of_slowest(len(starts)) - len(starts)):
+        tally = self._forward_backward(batch, groups[0], scale)
+        grad_norm, finite = self._apply_update(tally.loss_sum, batch.tokens)
+        return step_metrics(batch, tally, grad_norm, finite, time.perf_counter() - t0)
+
+    def _forward_backward(self, batch: StepBatch, first: Rollout, scale: float) -> Tally:
+        """Every micro-batch's loss and backward pass; their gradients add up."""
+        tally = Tally()
+        mb = self.config.micro_batch
+        starts = list(range(0, len(batch.responses), mb))
+        for start in starts + [None] * (self.trainers.most(len(starts)) - len(starts)):
             LOOP.tick()  # each micro-batch is progress (runtime.liveness)
             if start is None:
                 # This rank has run out of samples while another trainer still has some: a
                 # pass with zero weight keeps the FSDP collectives of every rank in step.
-                sl, weight = slice(0, 1), 0.0
-                if not responses:
-                    prompts, responses, mus, advs = (
-                        [groups[0].prompt_ids],
-                        [groups[0].response_ids[0]],
-                        [groups[0].logprobs[0]],
-                        [0.0],
-                    )
+                self._micro_batch(batch.filler(first), 0.0, scale, tally)
             else:
-                sl, weight = slice(start, start + mb), 1.0
-            logp, mask = response_logprobs(self.model, prompts[sl], responses[sl], temperature)
-            mu = _pad(mus[sl], 0.0, torch.float32)[:, : logp.shape[1]]
-            adv = torch.tensor(advs[sl], dtype=torch.float32)
-            ref_logp = None
-            if algo.kl_coef:
-                with torch.no_grad():
-                    ref_logp, _ = response_logprobs(self.reference, prompts[sl], responses[sl], temperature)
-            loss, m = losses.policy_loss(algo, logp, mu, adv, mask, ref_logp)
-            with torch.no_grad():  # the generator's precision (and lag) on the sampled tokens
-                gap = torch.where(mask, (logp.detach() - mu).abs(), torch.zeros_like(mu))
-                m["logp_mismatch_mean"] = gap.sum() / mask.sum().clamp(min=1)
-                if weight:
-                    mismatch_max = max(mismatch_max, float(gap.max()) if gap.numel() else 0.0)
-            if fault_injected("nan-loss", self.step_index):  # the failure tests' hook
-                loss = loss * float("nan")
-            n_tok = float(mask.sum()) * weight
-            (loss * n_tok * scale).backward()
-            loss_sum += float(loss.detach()) * n_tok
-            trained_tokens += n_tok
-            for k, v in m.items():
-                if k in _MICRO_BATCH_MAXIMA:
-                    # A zero-weight pass trained on nothing: its maxima are not the step's (but
-                    # the key is there, as on every trainer: _reduce_metrics needs the same keys).
-                    maxima[k] = max(maxima.get(k, 0.0), float(v) if weight else 0.0)
-                elif k != "n_tokens":  # the micro-batch's: the step's is trained_tokens
-                    sums[k] += float(v) * n_tok
+                self._micro_batch(batch.rows(slice(start, start + mb)), 1.0, scale, tally)
+        return tally
+
+    def _micro_batch(self, rows: tuple, weight: float, scale: float, tally: Tally) -> None:
+        """One micro-batch's forward and backward pass, weighted by its tokens (0: a filler)."""
+        prompts, responses, mus, advs = rows
+        logp, mask = response_logprobs(self.model, prompts, responses, self.temperature)
+        mu = pad(mus, 0.0, torch.float32)[:, : logp.shape[1]]
+        adv = torch.tensor(advs, dtype=torch.float32)
+        ref_logp = None
+        if self.config.kl_coef:
+            with torch.no_grad():
+                ref_logp, _ = response_logprobs(self.reference, prompts, responses, self.temperature)
+        loss, m = losses.policy_loss(self.config, logp, mu, adv, mask, ref_logp)
+        with torch.no_grad():  # the generator's precision (and lag) on the sampled tokens
+            gap = torch.where(mask, (logp.detach() - mu).abs(), torch.zeros_like(mu))
+            m["logp_mismatch_mean"] = gap.sum() / mask.sum().clamp(min=1)
+            if weight:
+                tally.mismatch_max = max(tally.mismatch_max, float(gap.max()) if gap.numel() else 0.0)
+        if fault_injected("nan-loss", self.step_index):  # the failure tests' hook
+            loss = loss * float("nan")
+        n_tok = float(mask.sum()) * weight
+        (loss * n_tok * scale).backward()
+        tally.add(float(loss.detach()), m, n_tok, weight)
+
+    def _apply_update(self, loss_sum: float, tokens: int) -> tuple[float, bool]:
+        """Average replicas' gradients, clip, and step if the step is finite on every trainer.
+        Returns the gradient norm and whether the update was applied."""
         if self.allreduce_grads:
-            self._average_grads()
+            self.trainers.average_grads(self.model.parameters())
         # The norm over every trainer's shards (a collective under FSDP2), clipped if asked:
         # also the test of whether the gradient is finite.
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), algo.grad_clip or float("inf")))
-        finite = self._agree(math.isfinite(loss_sum) and math.isfinite(grad_norm), every=True)
+        grad_clip = self.config.grad_clip or float("inf")
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), grad_clip))
+        finite = self.trainers.agree(math.isfinite(loss_sum) and math.isfinite(grad_norm), every=True)
         if finite:
             self.optimizer.step()
         else:
-            self._nonfinite(loss_sum / max(local_tokens, 1), grad_norm)
-
-        metrics = {
-            # The objective's token mean over every sample (skipped ones contribute 0 to it).
-            "loss": loss_sum / max(local_tokens, 1),
-            "reward_mean": sum(rewards) / max(len(rewards), 1),
-            "tokens": float(local_tokens),
-            "samples": float(len(rewards)),
-            "trained_samples": float(trained_samples),  # the rest were in all-equal groups
-            "staleness_max": float(max(staleness)),
-            "staleness_mean": sum(staleness) / len(staleness),
-            "grad_norm": grad_norm,
-            "nonfinite_skipped": 0.0 if finite else 1.0,
-            "example_id_sum": id_sum,
-            "example_id_sqsum": id_sqsum,
-            "train_s": time.perf_counter() - t0,
-        }
-        # Ratio and KL figures describe the tokens trained on: means over them, and maxima.
-        metrics.update({k: v / max(trained_tokens, 1) for k, v in sums.items() if k != "loss"})
-        metrics.update(maxima)
-        metrics["trained_tokens"] = trained_tokens
-        metrics["logp_mismatch_max"] = mismatch_max
-        return metrics
+            self._nonfinite(loss_sum / max(tokens, 1), grad_norm)
+        return grad_norm, finite
 
     def _simulated_step(self, groups: list[Rollout]) -> dict[str, float]:
         """``algorithm.sim``: the step's modelled time asleep, the weights unchanged, the metrics
@@ -353,94 +293,3 @@ class TrainerActor(Actor):
             raise FloatingPointError(f"{what}; algorithm.on_nonfinite is stop")
         if self.is_leader:
             print(f"mpirl: warning: {what}; its update is skipped (algorithm.on_nonfinite: skip)", flush=True)
-
-    def _micro_batches_of_slowest(self, mine: int) -> int:
-        """The most micro-batches any trainer runs this step. FSDP needs equal counts; and with
-        them every rank reports the same metric keys, which ``_reduce_metrics`` all-reduces."""
-        if self.dp_group is None:
-            return mine
-        t = torch.tensor([mine], dtype=torch.int64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=self.dp_group)
-        return int(t)
-
-    # ------------------------------------------------------------- data parallel
-
-    def _average_grads(self) -> None:
-        """Average the gradients of full replicas in one flat all-reduce (DDP without hooks)."""
-        for p in self.model.parameters():
-            if p.grad is None:  # this rank trained on nothing (every group all-equal)
-                p.grad = torch.zeros_like(p)
-        grads = [p.grad for p in self.model.parameters()]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat, group=self.dp_group)
-        flat /= self.n_trainers
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset : offset + g.numel()].view_as(g))
-            offset += g.numel()
-
-    def _sum_across_trainers(self, value: float) -> float:
-        if self.dp_group is None:
-            return value
-        t = torch.tensor([value], dtype=torch.float64)
-        dist.all_reduce(t, group=self.dp_group)
-        return float(t)
-
-    # Per-rank figures that add up over trainers; the rest are maxed, or averaged weighted by
-    # what each rank's figure is a mean over (_MEAN_OVER), so a trainer that had nothing to
-    # train on (its groups all scored the same) does not halve the step's ratio and KL figures.
-    _SUMMED = (
-        "tokens",
-        "samples",
-        "trained_samples",
-        "trained_tokens",
-        "example_id_sum",
-        "example_id_sqsum",
-        "weight_send_bytes",
-    )
-    _MAXED = (
-        "checkpoint_save_s",
-        "nonfinite_skipped",
-        "preempted",
-        "staleness_max",
-        "train_s",
-        "weight_send_s",
-        "weight_send_stall_s",
-        "trainer_wait_s",
-        "pushed_version",
-        "logp_mismatch_max",
-        "ratio_max",
-    )
-    # Means and what they are means over; any other averaged figure is a mean over the tokens
-    # trained on (the loss module's ratio, clip and KL figures, logp_mismatch_mean).
-    _MEAN_OVER = {"loss": "tokens", "reward_mean": "samples", "staleness_mean": "samples", "grad_norm": None}
-
-    def _reduce_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
-        if self.dp_group is None:
-            return metrics
-        keys = sorted(metrics)
-        t = torch.tensor([metrics[k] for k in keys], dtype=torch.float64)
-        summed, maxed = t.clone(), t.clone()
-        dist.all_reduce(summed, group=self.dp_group)
-        dist.all_reduce(maxed, op=dist.ReduceOp.MAX, group=self.dp_group)
-        # Weighted means: all-reduce each figure times its rank's weight, then divide by the
-        # summed weight (a plain mean when no rank has any weight, or for a figure every rank
-        # shares, like the global gradient norm).
-        weights = torch.tensor(
-            [metrics.get(self._MEAN_OVER.get(k, "trained_tokens")) or 0.0 for k in keys], dtype=torch.float64
-        )
-        shared = torch.tensor([self._MEAN_OVER.get(k, "") is None for k in keys])
-        weighted = torch.cat([t * weights, weights])
-        dist.all_reduce(weighted, group=self.dp_group)
-        out = {}
-        for i, k in enumerate(keys):
-            total_weight = float(weighted[len(keys) + i])
-            if k in self._SUMMED:
-                out[k] = float(summed[i])
-            elif k in self._MAXED:
-                out[k] = float(maxed[i])
-            elif total_weight > 0 and not shared[i]:
-                out[k] = float(weighted[i]) / total_weight
-            else:
-                out[k] = float(summed[i]) / self.n_trainers
-        return out

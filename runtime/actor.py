@@ -4,7 +4,8 @@ An actor declares a handler per message type with ``@handles(Type)`` and may ove
 ``step()`` for compute that is not triggered by a message (a generator sampling its next
 batch, say). The loop interleaves the two: it handles every message that has arrived,
 runs one step, and backs off exponentially (up to ``max_idle_sleep_s``) when neither did
-anything, so an idle rank does not hold a core at 100%.
+anything, so an idle rank does not hold a core at 100%. An actor's first messages belong in
+``on_start()``, called as its loop starts, rather than in its constructor.
 """
 
 from __future__ import annotations
@@ -60,6 +61,10 @@ class Actor:
 
     # Overridables ---------------------------------------------------------------
 
+    def on_start(self) -> None:
+        """Called once as the loop starts: an actor's first messages go here, not in its
+        constructor, so that whoever runs it decides where and when it starts."""
+
     def step(self) -> bool:
         """Do one unit of work that no message triggered; return True if anything was done."""
         return False
@@ -106,6 +111,7 @@ class Actor:
 
     def run(self) -> None:
         try:
+            self.on_start()
             self._loop()
         except BaseException:
             self.spans.flush()  # a failing rank's last seconds too, before the job is aborted

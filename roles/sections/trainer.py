@@ -1,5 +1,5 @@
-"""The ``algorithm:`` section: the loss (``roles.losses``), the advantage (``roles.advantages``)
-and the optimisation of ``roles.trainer.TrainerActor``.
+"""The ``algorithm:`` section: the loss (``roles.algorithm.losses``), the advantage
+(``roles.algorithm.advantages``) and the optimisation of ``roles.trainer.TrainerActor``.
 """
 
 from __future__ import annotations

@@ -176,7 +176,7 @@ def test_trainers_skip_all_equal_groups_without_losing_step(base_config, layout)
             model = tiny_llama() if replicas else shard_model(tiny_llama(), group)
             actor = trainer(model, True, 2, group, replicas)
             local = actor.train_on(share[rank])
-            m = actor._reduce_metrics(local)
+            m = actor.trainers.reduce_metrics(local)
             state = {k: v.detach().clone() for k, v in model.named_parameters()} if replicas else full_state(model)
             result = (m["trained_samples"], state, local, m)
         elif rank == REFERENCE:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from launch import config
-from roles.controller import ControllerActor
+from roles.controller import ControllerActor, ControllerData
 from roles.evaluation import ks_for, pass_at_k
 from roles.protocol import (
     EVAL_GREEDY,
@@ -107,10 +107,9 @@ def _controller(tmp_path, base_config, steps=4, eval_cfg=None, n_eval=3, max_sta
         evaluation=cfg.eval,
         routes=routes,
         schedule=cfg.schedule(),
-        prompts=prompts,
-        eval_prompts=evals,
-        data_stats={"prompts_too_long": 2},
+        data=ControllerData(train=prompts, eval=evals, stats={"prompts_too_long": 2}),
     )
+    ctl.on_start()  # what the actor's loop does first: the first prompts go out
     return ctl, mb, cfg
 
 

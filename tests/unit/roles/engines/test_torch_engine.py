@@ -8,9 +8,9 @@ from transformers import AutoModelForCausalLM
 
 from examples.arith.tokens import ALPHABET, ArithTokens
 from examples.toy.tiny_llama import TINY, build_tiny_llama
+from roles.algorithm.logprobs import response_logprobs
 from roles.engines.base import Engine, SamplingConfig
 from roles.engines.torch_engine import TorchEngine, _pick
-from roles.logprobs import response_logprobs
 
 torch.set_num_threads(1)
 EOS = 2

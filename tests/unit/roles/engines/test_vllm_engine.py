@@ -20,9 +20,9 @@ pytest.importorskip(
 )
 
 from examples.toy.tiny_llama import EOS, TINY, build_tiny_llama  # noqa: E402
+from roles.algorithm.logprobs import response_logprobs  # noqa: E402
 from roles.engines.base import SamplingConfig  # noqa: E402
 from roles.engines.vllm_engine import VllmEngine  # noqa: E402
-from roles.logprobs import response_logprobs  # noqa: E402
 
 ALPHABET = "0123456789+-= abcdefghij"
 BLOCK = 32  # KV page; prompts longer than this leave a full page in the prefix cache

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from roles.advantages import ADVANTAGES, AdvantageConfig, group_advantages
+from roles.algorithm.advantages import ADVANTAGES, AdvantageConfig, group_advantages
 
 
 def test_mean_baseline():

@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from roles.losses import aipo_loss, grpo_loss
+from roles.algorithm.losses import aipo_loss, grpo_loss
 
 
 def _batch():

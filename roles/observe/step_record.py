@@ -1,0 +1,145 @@
+"""A step's line in metrics.jsonl, from the notices of three roles: the generators' ``BatchDone``,
+the reward ranks' ``Scored`` and the trainer's ``StepDone``; and the run's ``summary.json``.
+
+The controller feeds the notices in as they come and asks for a step's line once all of them
+are in (``StepNotices.complete``); ``roles.observe.run_log`` writes it.
+"""
+
+from __future__ import annotations
+
+import collections
+
+from roles.protocol import BatchDone, Routes, Scored, StepDone
+
+# The reward ranks' per-step counts that add up over their notices.
+_SCORED_SUMS = ("samples", "reward_sum", "correct_sum", "length_sum", "clipped", "groups", "zero_advantage_groups")
+
+
+class StepNotices:
+    """Per-step sums of the generators' and reward ranks' notices, until the step's line is written."""
+
+    def __init__(self):
+        self.gen = collections.defaultdict(collections.Counter)
+        self.scored = collections.defaultdict(collections.Counter)
+        self.components = collections.defaultdict(collections.Counter)  # per step: label -> sum
+        self.shown = collections.defaultdict(list)  # per step: the generations shown (samples.jsonl)
+
+    def add_batch(self, m: BatchDone) -> None:
+        c = self.gen[m.step]
+        c["generate_s"] += m.generate_s
+        c["gen_tail_wait_s"] += m.tail_wait_s
+        c["gen_wait_s"] += m.wait_s
+        c["weight_load_s"] += m.weight_load_s
+        c["weight_syncs"] += m.weight_syncs
+        c["gen_tokens"] += m.tokens
+        c["batches"] += 1
+        c["groups"] += m.groups
+
+    def add_scored(self, m: Scored) -> None:
+        c = self.scored[m.step]
+        c["score_s"] += m.score_s
+        c["verifier_failures"] += m.failures
+        c["verifier_timeouts"] += m.timeouts
+        for key in _SCORED_SUMS:
+            c[key] += getattr(m, key)
+        c["length_max"] = max(c["length_max"], m.length_max)
+        self.components[m.step].update(m.components)
+        self.shown[m.step].extend(m.shown)
+
+    def complete(self, step: int, groups: int) -> bool:
+        """Whether the generators and the reward ranks have both reported all ``groups`` of ``step``."""
+        return self.gen[step]["groups"] >= groups and self.scored[step]["groups"] >= groups
+
+    def pop(self, step: int) -> tuple:
+        """The step's sums (generators', reward ranks', reward components) and its shown samples."""
+        shown = sorted(self.shown.pop(step, []), key=lambda r: (r["sample"], r["group_id"]))
+        return self.gen.pop(step, {}), self.scored.pop(step, {}), self.components.pop(step, {}), shown
+
+
+def step_record(
+    m: StepDone, gen, scored, components, *, routes: Routes, data_stats: dict, step_s: float, controller: dict
+) -> dict:
+    """Step ``m.step``'s line. ``controller``: the controller's own figures (busy share, messages
+    handled, elapsed seconds) over the step."""
+    return {
+        "step": m.step,
+        "policy_version": m.version,
+        "reward_mean": m.metrics.get("reward_mean"),
+        **_response_metrics(scored, components),
+        "loss": m.metrics.get("loss"),
+        "tokens": int(m.metrics.get("tokens", 0)),
+        "generation_s": gen.get("generate_s", 0.0),
+        "reward_s": scored.get("score_s", 0.0),
+        "training_s": m.metrics.get("train_s"),
+        "weight_sync_s": m.metrics.get("weight_send_s", 0.0) + gen.get("weight_load_s", 0.0),
+        "weight_sync_bytes": int(m.metrics.get("weight_send_bytes", 0)),  # the trainers' payload
+        "generator_wait_s": gen.get("gen_wait_s", 0.0),
+        "generator_tail_wait_s": gen.get("gen_tail_wait_s", 0.0),  # of generation_s (BatchDone)
+        "staleness_max": m.metrics.get("staleness_max"),
+        "staleness_mean": m.metrics.get("staleness_mean"),
+        "verifier_failures": int(scored.get("verifier_failures", 0)),
+        "verifier_timeouts": int(scored.get("verifier_timeouts", 0)),
+        "prompts_too_long": int(data_stats.get("prompts_too_long", 0)),
+        "step_s": step_s,
+        "busy": {**_busy_fractions(routes, gen, scored, m.metrics, step_s), "controller": controller["busy"]},
+        "controller_messages": controller["messages"],
+        "elapsed_s": controller["elapsed_s"],
+        "checkpoint_save_s": m.metrics.get("checkpoint_save_s"),
+        "nonfinite_skipped": int(m.metrics.get("nonfinite_skipped", 0)),  # the update was not applied
+        "trainer": m.metrics,
+    }
+
+
+def _response_metrics(scored, components) -> dict:
+    """Per-step figures from the reward ranks' notices: correctness, components, lengths."""
+    samples, groups = scored.get("samples", 0), scored.get("groups", 0)
+    if not samples:
+        return {"correct_mean": None, "reward_components": {}}
+    return {
+        "correct_mean": scored["correct_sum"] / samples,
+        "reward_components": {label: total / samples for label, total in components.items()},
+        "response_length_mean": scored["length_sum"] / samples,
+        "response_length_max": int(scored["length_max"]),
+        "response_clip_ratio": scored["clipped"] / samples,  # cut at max_new_tokens
+        "zero_advantage_group_share": scored["zero_advantage_groups"] / max(groups, 1),
+    }
+
+
+def _busy_fractions(r: Routes, gen, scored, trainer: dict, step_s: float) -> dict[str, float]:
+    """Share of each role's rank-time this step spent working on the step's data.
+
+    Work is attributed to the step whose data it produced, so in asynchronous mode a
+    generator's figure describes batches sampled during the previous step's interval;
+    in steady state the ratio is the same.
+    """
+    if step_s <= 0:
+        return {}
+    train_s = (trainer.get("train_s") or 0.0) + (trainer.get("weight_send_s") or 0.0)
+    busy = {
+        r.generate_role: (gen.get("generate_s", 0.0) + gen.get("weight_load_s", 0.0)) / (r.generators * step_s),
+        "reward": scored.get("score_s", 0.0) / (r.rewards * step_s),
+    }
+    busy[r.train_role] = busy.get(r.train_role, 0.0) + train_s / step_s
+    return {k: round(v, 4) for k, v in busy.items()}
+
+
+def summary(history: list[dict], evals: list[dict], data_stats: dict, wall_s: float) -> dict:
+    """``summary.json``: what a user looks at first (training reward, eval figures, data)."""
+
+    def mean_of(key, rows):
+        vals = [r[key] for r in rows if r.get(key) is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    out = {
+        "steps": len(history),
+        "wall_s": wall_s,
+        "train_reward_first10": mean_of("reward_mean", history[:10]),
+        "train_reward_last10": mean_of("reward_mean", history[-10:]),
+        "train_correct_first10": mean_of("correct_mean", history[:10]),
+        "train_correct_last10": mean_of("correct_mean", history[-10:]),
+        **data_stats,
+    }
+    if evals:
+        out["eval_first"], out["eval_last"] = evals[0], evals[-1]
+        out["eval"] = evals
+    return out

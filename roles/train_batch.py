@@ -1,0 +1,123 @@
+"""A trainer's share of one step, from scored groups to the step's figures: the rows it trains
+on (each sample with its group advantage, all-equal groups left out), the micro-batches' tally
+of token-weighted figures, and the metrics the step reports.
+
+Plain data and arithmetic: knows nothing of the model, the optimizer or the other trainers
+(``roles.trainer`` runs the passes, ``roles.trainer_group`` the collectives).
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from roles.algorithm import advantages as adv_lib
+from roles.protocol import Rollout
+from roles.sections.trainer import TrainerConfig
+
+
+def pad(arrays, pad_value, dtype):
+    longest = max(len(a) for a in arrays)
+    out = torch.full((len(arrays), longest), pad_value, dtype=dtype)
+    for i, a in enumerate(arrays):
+        out[i, : len(a)] = torch.as_tensor(a, dtype=dtype)
+    return out
+
+
+@dataclass
+class StepBatch:
+    """This rank's share of a step: one row per sample trained on, and the figures of all."""
+
+    prompts: list = field(default_factory=list)
+    responses: list = field(default_factory=list)
+    mus: list = field(default_factory=list)  # the generators' log-probs of the sampled tokens
+    advs: list = field(default_factory=list)
+    rewards: list = field(default_factory=list)  # of every sample, skipped ones too
+    staleness: list = field(default_factory=list)  # per group: versions behind the trained one
+    tokens: int = 0  # every sample's response tokens: what the token mean divides by
+    id_sum: float = 0.0  # a fingerprint of the examples trained (resume checks it)
+    id_sqsum: float = 0.0
+
+    def rows(self, sl: slice) -> tuple:
+        return self.prompts[sl], self.responses[sl], self.mus[sl], self.advs[sl]
+
+    def filler(self, first: Rollout) -> tuple:
+        """A row for a zero-weight pass: any real one (``first``'s if this rank trains on none)."""
+        if self.responses:
+            return self.rows(slice(0, 1))
+        return [first.prompt_ids], [first.response_ids[0]], [first.logprobs[0]], [0.0]
+
+
+def collect(groups: list[Rollout], algo: TrainerConfig, version: int) -> StepBatch:
+    """The step's groups flattened to rows, each sample with its group advantage."""
+    batch = StepBatch()
+    for g in groups:
+        batch.id_sum, batch.id_sqsum = batch.id_sum + g.example_id, batch.id_sqsum + float(g.example_id) ** 2
+        batch.rewards.extend(g.rewards)
+        batch.staleness.append(version - g.policy_version)
+        batch.tokens += sum(len(x) for x in g.response_ids)
+        if algo.skip_zero_advantage and not algo.kl_coef and np.ptp(g.rewards) == 0:
+            # Every sample scored the same: all advantages are 0, so the group adds
+            # nothing to the gradient. Its tokens still count in the token mean,
+            # which keeps the update exactly what training on it would give.
+            continue
+        a = adv_lib.group_advantages(g.rewards, algo.advantage)
+        for ids, lp, ai in zip(g.response_ids, g.logprobs, a.tolist()):
+            batch.prompts.append(g.prompt_ids)
+            batch.responses.append(ids)
+            batch.mus.append(lp)
+            batch.advs.append(ai)
+    return batch
+
+
+# Loss-module figures that are a micro-batch's maximum: the step's is the largest of them.
+_MICRO_BATCH_MAXIMA = ("ratio_max",)
+
+
+@dataclass
+class Tally:
+    """The micro-batches' figures so far, token-weighted."""
+
+    loss_sum: float = 0.0
+    trained_tokens: float = 0.0
+    sums: collections.Counter = field(default_factory=collections.Counter)
+    maxima: dict = field(default_factory=dict)
+    mismatch_max: float = 0.0
+
+    def add(self, loss: float, m: dict, n_tok: float, weight: float) -> None:
+        self.loss_sum += loss * n_tok
+        self.trained_tokens += n_tok
+        for k, v in m.items():
+            if k in _MICRO_BATCH_MAXIMA:
+                # A zero-weight pass trained on nothing: its maxima are not the step's (but
+                # the key is there, as on every trainer: reduce_metrics needs the same keys).
+                self.maxima[k] = max(self.maxima.get(k, 0.0), float(v) if weight else 0.0)
+            elif k != "n_tokens":  # the micro-batch's: the step's is trained_tokens
+                self.sums[k] += float(v) * n_tok
+
+
+def step_metrics(batch: StepBatch, tally: Tally, grad_norm: float, finite: bool, train_s: float) -> dict[str, float]:
+    metrics = {
+        # The objective's token mean over every sample (skipped ones contribute 0 to it).
+        "loss": tally.loss_sum / max(batch.tokens, 1),
+        "reward_mean": sum(batch.rewards) / max(len(batch.rewards), 1),
+        "tokens": float(batch.tokens),
+        "samples": float(len(batch.rewards)),
+        "trained_samples": float(len(batch.responses)),  # the rest were in all-equal groups
+        "staleness_max": float(max(batch.staleness)),
+        "staleness_mean": sum(batch.staleness) / len(batch.staleness),
+        "grad_norm": grad_norm,
+        "nonfinite_skipped": 0.0 if finite else 1.0,
+        "example_id_sum": batch.id_sum,
+        "example_id_sqsum": batch.id_sqsum,
+        "train_s": train_s,
+    }
+    # Ratio and KL figures describe the tokens trained on: means over them, and maxima.
+    metrics.update({k: v / max(tally.trained_tokens, 1) for k, v in tally.sums.items() if k != "loss"})
+    metrics.update(tally.maxima)
+    metrics["trained_tokens"] = tally.trained_tokens
+    metrics["logp_mismatch_max"] = tally.mismatch_max
+    return metrics

@@ -1,0 +1,39 @@
+"""roles/observe/step_record.py: a step's line waits for every group's notices; summary.json's means."""
+
+from __future__ import annotations
+
+import pytest
+
+from roles.observe.step_record import StepNotices, summary
+from roles.protocol import BatchDone, Scored
+
+
+def _batch(step, groups):
+    return BatchDone(
+        batch_id=0, step=step, groups=groups, tokens=10, policy_version=0,
+        generate_s=0.5, wait_s=0.0, weight_load_s=0.1, weight_syncs=1,
+    )  # fmt: skip
+
+
+def _scored(step, groups, shown=()):
+    return Scored(step=step, groups=groups, score_s=0.2, failures=0, timeouts=0, samples=2 * groups, shown=list(shown))
+
+
+def test_a_step_is_complete_once_both_roles_reported_every_group():
+    n = StepNotices()
+    n.add_batch(_batch(0, 2))
+    n.add_scored(_scored(0, 4, shown=[{"sample": 1, "group_id": 0}, {"sample": 0, "group_id": 3}]))
+    assert not n.complete(0, 4)  # the generators reported half the groups so far
+    n.add_batch(_batch(0, 2))
+    assert n.complete(0, 4) and not n.complete(1, 4)
+    gen, scored, components, shown = n.pop(0)
+    assert gen["groups"] == 4 and gen["generate_s"] == 1.0 and scored["samples"] == 8
+    assert [r["sample"] for r in shown] == [0, 1]  # in the order samples.jsonl shows them
+    assert n.pop(0) == ({}, {}, {}, [])
+
+
+def test_summary_means_over_the_first_and_last_ten_steps():
+    history = [{"reward_mean": float(i), "correct_mean": None} for i in range(12)]
+    s = summary(history, [], {"prompts_too_long": 1}, wall_s=3.0)
+    assert s["train_reward_first10"] == pytest.approx(4.5) and s["train_reward_last10"] == pytest.approx(6.5)
+    assert s["train_correct_first10"] is None and s["prompts_too_long"] == 1 and "eval" not in s
