@@ -39,7 +39,7 @@ import torch  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 from roles.checkpoint.trainer_state import load_trainer_state, save_trainer_state  # noqa: E402
-from roles.sharding import shard_model  # noqa: E402
+from roles.policy.sharding import shard_model  # noqa: E402
 from transports.torch_dist import init_torch_distributed, new_group  # noqa: E402
 
 # name -> (hidden, layers, intermediate, vocab), as in bench/weight_sync.py

@@ -79,7 +79,7 @@ def probe_25m(dtype: str, quantization: str | None) -> None:
     from roles.algorithm.logprobs import response_logprobs
     from roles.engines.base import SamplingConfig
     from roles.engines.torch_engine import TorchEngine
-    from roles.sharding import local_shards
+    from roles.policy.sharding import local_shards
     from transports.torch_dist import init_torch_distributed, new_group
     from transports.weights import Need, make_weight_transport
 

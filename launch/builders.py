@@ -34,7 +34,7 @@ class Prepared:
 
     data: object = None  # launch.preflight.data.PreparedData: the prompts
     backends: list = field(default_factory=list)  # the started dashboards (roles.observe.backends)
-    tokenizer_class: str | None = None  # roles.tokenizer.class_ref_of the controller's tokenizer
+    tokenizer_class: str | None = None  # roles.models.tokenizer.class_ref_of the controller's tokenizer
     # Its EOS, where generation stops besides the model's own (the generators need not load
     # the tokenizer again for it).
     stop_ids: tuple[int, ...] = ()
@@ -63,7 +63,7 @@ def build_actor(cfg: RoleMap, dist: Distributed, prepared: Prepared | None = Non
     schedule = cfg.schedule(resumed_at=resume.steps_done if resume is not None else 0)
     policy = engine = None
     if table.role == routes.train_role:
-        from roles.policy import load_policy
+        from roles.policy.model import load_policy
 
         policy = load_policy(
             cfg.model,
@@ -77,7 +77,7 @@ def build_actor(cfg: RoleMap, dist: Distributed, prepared: Prepared | None = Non
     # The transport is collective over the model ranks; colocated ranks take part with neither.
     transport = None
     if dist.model_comm is not None:
-        from roles.weight_transport import build_weight_transport
+        from roles.policy.weight_transport import build_weight_transport
 
         wait_for_all(dist.model_comm)  # whoever loaded first sleeps while the others load
         transport = build_weight_transport(
@@ -200,10 +200,10 @@ def _generator(ctx: BuildContext):
 
 
 def _reward(ctx: BuildContext):
+    from roles.models.tokenizer import load_tokenizer
     from roles.reward import RewardActor
     from roles.rewards.sandbox import RewardSandbox
     from roles.tasks import build_task
-    from roles.tokenizer import load_tokenizer
 
     cfg = ctx.cfg
     # The controller's tokenizer class, loaded directly: the auto classes would import torch.

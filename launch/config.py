@@ -21,6 +21,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from roles.engines.base import EngineConfig
 from roles.models import ModelConfig
+from roles.policy.weight_transport import WeightsConfig
 from roles.sections.base import Section
 from roles.sections.checkpoint import CheckpointConfig
 from roles.sections.controller import ControllerConfig
@@ -30,7 +31,6 @@ from roles.sections.reward import RewardSection
 from roles.sections.rollout import RolloutConfig
 from roles.sections.trainer import TrainerConfig
 from roles.tasks import task_section
-from roles.weight_transport import WeightsConfig
 
 if TYPE_CHECKING:
     from roles.checkpoint.plan import CheckpointPlan

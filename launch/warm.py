@@ -23,13 +23,13 @@ _BY_ROLE = {
         "launch.job",
         "transformers.models.auto.modeling_auto",
         "transformers.modeling_utils",  # the model classes' base: what from_pretrained imports first
-        "roles.policy",
+        "roles.policy.model",
         "roles.trainer",
     ],
-    "reward": [  # no torch: the tokenizer's class comes from the controller (roles/tokenizer.py)
+    "reward": [  # no torch: the tokenizer's class comes from the controller (roles/models/tokenizer.py)
         "launch.job",
         "transformers.tokenization_utils_tokenizers",
-        "roles.tokenizer",
+        "roles.models.tokenizer",
         "roles.reward",
         "roles.rewards.sandbox",
         "roles.tasks",
@@ -38,7 +38,7 @@ _BY_ROLE = {
         "launch.job",
         "transformers.models.auto.modeling_auto",
         "transformers.modeling_utils",
-        "roles.policy",
+        "roles.policy.model",
         "roles.colocated",
     ],
 }

@@ -14,11 +14,13 @@ The rooms:
 - ``sections/``: the actors' role-map sections and the strict ``Section`` base;
 - ``engines/``: generation engines (torch, vLLM, sim) behind one contract;
 - ``tasks/`` and ``rewards/``: prompt sources and scorers, found by name (``plugins``);
-- ``models/``: model families, the ``model:`` section and the dtype map;
-- ``observe/``: the run log, dashboards and progress display;
-- the algorithm: ``advantages``, ``losses``, ``logprobs``;
-- the policy and its weights: ``policy``, ``sharding``, ``weight_transport`` (which weight
-  transport a job uses, built from ``transports.weights``), ``tokenizer``;
+- ``models/``: model folders: families, the ``model:`` section, loading, the tokenizer;
+- ``policy/``: the policy as the model ranks hold it (sharded over the trainers) and which
+  transport carries its weights to the generators;
+- ``algorithm/``: the RL math on tensors: advantages, losses, log-probs;
+- the trainer's parts: ``train_batch`` (a step's rows and micro-batches), ``trainer_group``
+  (the collectives over the trainers);
+- ``observe/``: the run log, the step's metrics line, dashboards and progress display;
 - the run's state: ``checkpoint/`` (layout, random states, the trainers' shards and their
   storage back-ends, export, resume), ``run_files`` (the run folder's file names and its
   tolerant JSON-lines reader), ``prompt_stream``, ``evaluation``.

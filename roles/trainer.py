@@ -13,7 +13,7 @@ forward/backward passes (``algorithm.skip_zero_advantage``); their tokens still 
 token mean, so the update is unchanged. A training rank left with fewer micro-batches than
 another runs zero-weight passes, so that FSDP's collectives (and the metrics' all-reduce,
 which needs the same keys on every rank) stay in step. GRPO's optional KL
-term reads the frozen reference model that ``roles.weight_transport`` loads when ``kl_coef > 0``.
+term reads the frozen reference model that ``roles.policy.model.load_policy`` loads when ``kl_coef > 0``.
 """
 
 from __future__ import annotations

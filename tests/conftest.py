@@ -21,7 +21,7 @@ for p in (str(REPO), str(TESTS)):
     if p not in sys.path:
         sys.path.insert(0, p)
 
-# The tokenizer-class cache (roles/tokenizer.py) of the tests' throwaway model folders stays
+# The tokenizer-class cache (roles/models/tokenizer.py) of the tests' throwaway model folders stays
 # out of the user's home; the jobs the tests start inherit it.
 os.environ.setdefault("MPIRL_CACHE_DIR", tempfile.mkdtemp(prefix="mpirl-test-cache-"))
 

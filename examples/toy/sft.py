@@ -107,7 +107,7 @@ def _train(model_dir, tokenizer, rows: Sequence[Row], out_dir, evaluate, cfg: SF
     model.save_pretrained(str(out), safe_serialization=True)
     # A chat template stays in tokenizer_config.json, where it was (examples.toy.tiny_bpe).
     tokenizer.save_pretrained(str(out), save_jinja_files=False)
-    from roles.tokenizer import remember_tokenizer_class
+    from roles.models.tokenizer import remember_tokenizer_class
 
     remember_tokenizer_class(str(out))  # the RL job's controller then loads it without the auto classes
     return {

@@ -27,7 +27,7 @@ class PreparedData:
     train_prompts: dict[int, np.ndarray]  # example id -> prompt token ids
     eval_prompts: dict[int, np.ndarray]  # the examples an eval round sends, in order
     stats: dict = field(default_factory=dict)  # counts logged with every step and in the summary
-    tokenizer_class: str | None = None  # roles.tokenizer.class_ref_of: what the reward ranks load
+    tokenizer_class: str | None = None  # roles.models.tokenizer.class_ref_of: what the reward ranks load
     eval_split: int = 0  # the task's eval examples (eval_files, eval_fraction), used or not
     # Unusable rows a file-backed task skipped, per field: {"task.train_files[0]": {reason: n}}.
     skipped: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -99,8 +99,8 @@ def check_model_files(cfg: RoleMap) -> None:
 
 
 def load_tokenizer(cfg: RoleMap):
-    """The model's tokenizer, as AutoTokenizer loads it (roles/tokenizer.py), and its class_ref."""
-    from roles.tokenizer import load_tokenizer as load
+    """The model's tokenizer, as AutoTokenizer loads it (roles/models/tokenizer.py), and its class_ref."""
+    from roles.models.tokenizer import load_tokenizer as load
 
     try:
         return load(cfg.model.path)

@@ -21,7 +21,7 @@ def export_hf(path: str | Path, out: str | Path) -> Path:
 
     from roles.checkpoint.storage.raw_shards import RawShardReader
     from roles.models import ModelConfig
-    from roles.policy import Policy, load_model
+    from roles.policy.model import Policy, load_model
 
     path = Path(path)
     if not is_complete(path):

@@ -28,7 +28,7 @@ class TorchEngine:
 
     A response ends at any of the model's EOS ids (``generation_config.json``, else
     ``config.json``) and ``stop_ids``: by default, for a directory, its tokenizer's EOS
-    (``roles.tokenizer.eos_ids``), which ends a chat template's turn even where the model's
+    (``roles.models.tokenizer.eos_ids``), which ends a chat template's turn even where the model's
     config names another EOS; vLLM stops at both too.
     """
 
@@ -42,7 +42,7 @@ class TorchEngine:
         stop_ids: Iterable[int] | None = None,
     ):
         if stop_ids is None and isinstance(model, (str, Path)):
-            from roles.tokenizer import eos_ids
+            from roles.models.tokenizer import eos_ids
 
             stop_ids = eos_ids(str(model))
         if isinstance(model, (str, Path)):
@@ -77,7 +77,7 @@ class TorchEngine:
         """The engine of a role map's ``world.generator`` (``EngineConfig``) over its ``model:``,
         or over ``module`` (colocated: sample with the caller's module, shared, not copied)."""
         from roles.models import torch_dtype
-        from roles.tokenizer import eos_ids
+        from roles.models.tokenizer import eos_ids
 
         if stop_ids is None:
             stop_ids = eos_ids(model.path)

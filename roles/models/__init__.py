@@ -7,7 +7,8 @@ with tensor_parallel 1). Adding a family is one module next to ``llama.py`` and 
 
 Importing this package does not import torch (the role-map parser imports it): torch comes
 in only inside the functions that need it. It knows nothing of training, generation or
-ranks: it describes models (``loading`` reads a complete one from its folder).
+ranks: it describes models (``loading`` reads a complete one from its folder, ``tokenizer``
+its tokenizer, without the auto classes once the class is known).
 """
 
 from __future__ import annotations

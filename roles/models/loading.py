@@ -1,6 +1,6 @@
 """Loading a Hugging Face model folder, refusing one whose weights do not cover its model.
 
-Apart from ``roles.policy`` so that a generator's torch engine loads its model without
+Apart from ``roles.policy.model`` so that a generator's torch engine loads its model without
 importing the trainer's sharding (FSDP) modules.
 """
 

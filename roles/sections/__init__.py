@@ -13,6 +13,6 @@ anything heavy is imported: the actors import MPI (initialising it) and torch, a
 check`` must stay a fraction of a second on a login node, without MPI. So this package knows
 nothing of MPI, torch, messages or the actors themselves. Components whose modules are light
 declare their Config in place: ``roles.engines.base.EngineConfig``, ``roles.models.ModelConfig``,
-``roles.weight_transport.WeightsConfig``, each task's and each reward's ``Config``. The whole
+``roles.policy.weight_transport.WeightsConfig``, each task's and each reward's ``Config``. The whole
 role map (``RoleMap``) is composed in ``launch/config.py``.
 """

@@ -61,7 +61,7 @@ def test_save_and_load_with_one_and_two_trainers_and_reshard(tmp_path_factory):
     from mpi4py import MPI
 
     from roles.checkpoint.trainer_state import load_trainer_state, save_trainer_state
-    from roles.sharding import full_state, shard_model
+    from roles.policy.sharding import full_state, shard_model
     from transports.torch_dist import init_torch_distributed, new_group
 
     torch.set_num_threads(1)

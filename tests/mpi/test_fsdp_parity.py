@@ -57,7 +57,7 @@ def train(model, batches, group=None):
 def test_two_trainers_match_one():
     from mpi4py import MPI
 
-    from roles.sharding import full_state, shard_model
+    from roles.policy.sharding import full_state, shard_model
     from transports.torch_dist import init_torch_distributed, new_group
 
     torch.set_num_threads(1)
@@ -110,8 +110,8 @@ def test_trainers_skip_all_equal_groups_without_losing_step(base_config, layout)
     from mpi4py import MPI
 
     from launch import config
+    from roles.policy.sharding import full_state, shard_model
     from roles.protocol import Rollout
-    from roles.sharding import full_state, shard_model
     from roles.trainer import TrainerActor
     from transports.torch_dist import init_torch_distributed, new_group
 

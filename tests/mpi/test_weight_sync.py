@@ -104,7 +104,7 @@ def on_the_wire(weights: dict, generator_dtype) -> dict:
 @pytest.mark.parametrize("generator_dtype", [None, torch.bfloat16], ids=["same-dtype", "bf16-generators"])
 def test_one_trainer_two_generators(world, generator_dtype):
     """Milestone 1: trainer rank 0 holds the whole (unsharded) model; rank 1 stands by."""
-    from roles.sharding import local_shards
+    from roles.policy.sharding import local_shards
     from transports.weights import Need, WeightReceiver, WeightSender, make_weight_transport
     from transports.weights.plan import dtype_name
 
@@ -167,7 +167,7 @@ def test_two_fsdp_trainers_two_generators(world, kind, dtype, copy, generator_dt
     copy=False sends from the parameters' memory; guard() makes optimizer.step() wait for it.
     A generator of a narrower dtype gets the trainers' weights cast to it, bit for bit.
     """
-    from roles.sharding import full_state, local_shards, shard_model
+    from roles.policy.sharding import full_state, local_shards, shard_model
     from transports.weights import Need, make_weight_transport
     from transports.weights.plan import dtype_name
 
@@ -217,7 +217,7 @@ def test_two_fsdp_trainers_two_generators(world, kind, dtype, copy, generator_dt
 def test_tensor_parallel_generators(world):
     """Generators 2 and 3 are the two tensor-parallel ranks of one engine: each gets its slice."""
     from roles.models import spec_for, tp_need
-    from roles.sharding import full_state, local_shards, shard_model
+    from roles.policy.sharding import full_state, local_shards, shard_model
     from transports.weights import make_weight_transport
 
     def body():

@@ -399,7 +399,7 @@ def saved_checkpoint(tmp_path_factory) -> Path:
     from roles.checkpoint.layout import COMPLETE
     from roles.checkpoint.trainer_state import save_trainer_state
     from roles.models import ModelConfig
-    from roles.policy import load_model
+    from roles.policy.model import load_model
 
     root = tmp_path_factory.mktemp("export")
     model_dir = build_tiny_llama(root / "model", "0123456789+=", hidden_size=64, num_layers=1, intermediate_size=64)

@@ -268,7 +268,7 @@ def test_a_response_ends_at_the_tokenizers_eos_where_the_model_config_names_anot
     and so does the torch engine: from a folder by itself, from a module given ``stop_ids``."""
     import json
 
-    from roles.tokenizer import eos_ids
+    from roles.models.tokenizer import eos_ids
 
     folder = build_tiny_llama(tmp_path / "m", ALPHABET, seed=0, **TINY.kwargs())
     bos = 1  # the config's EOS from here on; the tokenizer's is still <eos> (2)
@@ -294,7 +294,7 @@ def test_a_response_ends_at_the_tokenizers_eos_where_the_model_config_names_anot
 def test_a_folder_without_a_tokenizer_stops_at_its_config_eos(tmp_path):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from roles.tokenizer import eos_ids
+    from roles.models.tokenizer import eos_ids
 
     GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=1, n_head=2, vocab_size=50, eos_token_id=7)).save_pretrained(tmp_path)
     assert eos_ids(str(tmp_path)) == ()

@@ -3,7 +3,7 @@
 import pytest
 
 from launch import config
-from roles.weight_transport import WeightsConfig, resolve_transport
+from roles.policy.weight_transport import WeightsConfig, resolve_transport
 
 # A generator, a trainer, a generator: host, shard device, single-copy shared memory.
 ONE_HOST_CPU = [("node-a", None, True), ("node-a", "cpu", True), ("node-a", None, True)]

@@ -4,7 +4,7 @@
 - several trainers: FSDP2 shards over the trainers' group, each pushing only its rows;
 - colocated ranks: full replicas (gradients all-reduced), no weight transfer at all.
 
-Knows nothing of messages or generators; ``roles.weight_transport`` builds the transport from
+Knows nothing of messages or generators; ``roles.policy.weight_transport`` builds the transport from
 :meth:`Policy.local_params`.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from roles.sharding import full_state, local_shards, shard_model
+from roles.policy.sharding import full_state, local_shards, shard_model
 
 
 @dataclass

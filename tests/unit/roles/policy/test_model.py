@@ -1,4 +1,4 @@
-"""roles/policy.py: the policy is loaded without dropout, so train mode computes eval mode's
+"""roles/policy/model.py: the policy is loaded without dropout, so train mode computes eval mode's
 log-probs (the importance ratio compares them with the generator's, which samples without)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from roles.policy import load_model
+from roles.policy.model import load_model
 
 
 def _gpt2(path):

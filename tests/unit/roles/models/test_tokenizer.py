@@ -1,4 +1,4 @@
-"""roles/tokenizer.py: a folder's tokenizer as AutoTokenizer loads it, without the auto classes
+"""roles/models/tokenizer.py: a folder's tokenizer as AutoTokenizer loads it, without the auto classes
 once the class is known (from the cache, or from the controller)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 
 from examples.toy.tiny_bpe import save_bpe_chat_tokenizer
 from examples.toy.tiny_llama import save_char_tokenizer
-from roles import tokenizer as tk
+from roles.models import tokenizer as tk
 
 TEXTS = ["What is 12 plus 30?", "The answer is 42.", "hello world, again and again"] * 20
 
@@ -148,7 +148,7 @@ def test_a_known_class_loads_without_torch_or_the_auto_classes(tmp_path, cache):
     _, ref = tk.load_tokenizer(str(path))
     script = f"""
 import sys
-from roles import tokenizer as tk
+from roles.models import tokenizer as tk
 cached, _ = tk.load_tokenizer({str(path)!r})
 told, _ = tk.load_tokenizer({str(path)!r}, {ref!r})
 heavy = [m for m in ("torch", "transformers.models.auto.tokenization_auto") if m in sys.modules]
