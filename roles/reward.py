@@ -2,9 +2,7 @@
 
 The groups that have arrived by the time the loop turns to ``step()`` are scored together, a
 step's in one call to the scorer: their samples are pipelined into the worker processes
-instead of one round trip per group. When many generators finish at once (sync mode, 32 of
-them), group-by-group scoring ended 0.017 s after the last generation, on the step's critical
-path; scored together, 0.005 s (docs/log.md).
+instead of one round trip per group, which matters when many generators finish at once.
 
 Training groups go to their trainer, with a ``Scored`` notice of what was seen (rewards, their
 components, response lengths, clipped and all-equal groups) to the controller. Evaluation

@@ -127,7 +127,7 @@ class Spans:
             "role": self.role,
             "index": self.index,
             "peak_rss_bytes": peak_rss_bytes(),
-            # Seconds of start-up on a small machine: only the ranks holding a model should (docs/log.md).
+            # torch costs seconds of start-up: the trace shows which ranks imported it.
             "torch_imported": "torch" in sys.modules,
         }
         return json.dumps(header) + "\n"
