@@ -56,7 +56,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from examples.arith import prepare as arith  # noqa: E402
-from launch import advise, recipe  # noqa: E402
+from launch import recipe  # noqa: E402
+from launch.tools import advise  # noqa: E402
 from launch.tools.trace import read_spans  # noqa: E402
 
 CONFIG = Path(__file__).resolve().parents[1] / "examples/arith/async.yaml"
