@@ -87,6 +87,9 @@ class Sample:
     response_ids: np.ndarray  # int32 [T]: generated tokens, EOS included when it was sampled
     logprobs: np.ndarray  # float32 [T]: log mu(token) under the sampling distribution
     finish_reason: str  # "stop" (EOS sampled) or "length" (max_new_tokens reached)
+    # int32 [T]: the policy version that sampled each token (streaming engines; None: all one
+    # version, the generator's when it sampled the batch)
+    versions: np.ndarray | None = None
 
 
 class Engine(Protocol):
