@@ -199,6 +199,15 @@ class RoleMap(Section):
         return self
 
     @model_validator(mode="after")
+    def _streaming_needs_generators(self) -> RoleMap:
+        if self.rollout.mode == "stream" and self.world.colocated_mode:
+            raise ValueError(
+                "rollout.mode: stream needs generator ranks (world.generator); colocated ranks "
+                "take turns generating and training, a batch at a time: use rollout.mode: batch"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _stall_bound_above_the_longest_wait(self) -> RoleMap:
         # A reward rank waits up to reward.timeout_s for one response while its workers (other
         # processes) score it: its loop stands still meanwhile, and must not look stuck.

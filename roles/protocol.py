@@ -87,6 +87,9 @@ class PromptBatch:
     eval_round: int = -1  # which evaluation this batch belongs to (-1: training)
     temperature: float | None = None  # overrides rollout.temperature (0 = greedy, for eval)
     max_new_tokens: int | None = None  # overrides rollout.max_new_tokens
+    # Streaming (rollout.mode: stream): each group's own sampling seed (:func:`group_seed`), so
+    # what a group samples does not depend on the batch or the generator it went to.
+    group_seeds: list[int] | None = None
 
 
 @message
@@ -100,11 +103,23 @@ class Rollout:
     response_ids: list[np.ndarray]  # int32, one array per sample (EOS included if sampled)
     logprobs: list[np.ndarray]  # float32 behaviour log-probs mu, one per response token
     finish_reasons: list[str]  # "stop" or "length" per sample
-    policy_version: int  # version of the weights that sampled it
+    policy_version: int  # version of the weights that sampled it (streamed: its oldest token's)
     rewards: list[float] | None = None  # set by the reward rank
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
     purpose: str = TRAIN  # copied from the PromptBatch: train, or an evaluation pass
     eval_round: int = -1
+    # Streamed with in-flight weight updates: per sample, int32 (first token, version) pairs
+    # flattened, one per run of tokens one version sampled (roles.engines.requests.version_segments);
+    # None: every token was sampled by ``policy_version``.
+    version_segments: list[np.ndarray] | None = None
+
+
+@message
+class Credit:
+    """Streaming generator -> controller: room for ``groups`` more prompt groups (flow control:
+    the controller sends a streaming generator no more groups than it has room for)."""
+
+    groups: int
 
 
 @message
@@ -289,6 +304,13 @@ def batch_seed(run_seed: int, batch_id: int) -> int:
     if batch_id < 0:
         return run_seed * 1_000_003 + _EVAL_SEED_BASE - batch_id
     return run_seed * 1_000_003 + batch_id
+
+
+def group_seed(run_seed: int, group_id: int) -> int:
+    """The sampling seed of one group (streaming): a hash of the run's seed and the group's id
+    (eval groups' ids are negative and distinct too), reproducible whoever samples it."""
+    state = np.random.SeedSequence([run_seed & (2**64 - 1), group_id & (2**64 - 1), 0x6E0]).generate_state(1, np.uint64)
+    return int(state[0] >> 1)
 
 
 def batch_prompts(rollout: RolloutConfig, generators: int, configured: int = 0) -> int:

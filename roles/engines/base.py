@@ -45,6 +45,13 @@ class EngineConfig(Section):
     # compiling costs about a minute at start-up.
     compile: bool | None = None
     sim: SimConfig | None = None  # engine: sim only: the modelled cost of generation
+    # Streaming (rollout.mode: stream): sequences one engine decodes at once (its slots);
+    # None: a step's share of prompts x samples_per_prompt, as a batch would hold.
+    max_seqs: int | None = Field(None, gt=0, le=1 << 16)
+    # What an in-flight weight update does to running sequences' KV cache: keep it (PipelineRL;
+    # tokens after the update attend to KV the old weights computed) or recompute it from the
+    # new weights (AReaL: one prefill of every running sequence). docs/architecture.md.
+    inflight_kv: Literal["keep", "recompute"] = "keep"
 
     @model_validator(mode="after")
     def _vllm_only_options(self) -> EngineConfig:
@@ -97,6 +104,7 @@ class Engine(Protocol):
         """Sample ``n`` responses per prompt (int32 token ids); result[i][j] is sample j of prompt i."""
         ...
 
-    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Replace the weights in place (Hugging Face names); no rebuild, no stale KV cache."""
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None) -> None:
+        """Replace the weights in place (Hugging Face names); no rebuild, no stale KV cache.
+        ``version``: the policy version they are (streamed tokens record it; None: one more)."""
         ...

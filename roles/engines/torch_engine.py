@@ -17,6 +17,8 @@ import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
 from roles.engines.base import Sample, SamplingConfig
+from roles.engines.requests import Finished, Request
+from roles.engines.torch_stream import ContinuousBatcher
 from runtime.loop_clock import LOOP
 
 
@@ -40,6 +42,9 @@ class TorchEngine:
         max_batch_rows: int = 512,
         quantization: str | None = None,
         stop_ids: Iterable[int] | None = None,
+        capacity: int = 64,
+        inflight_kv: str = "keep",
+        seed: int = 0,
     ):
         if stop_ids is None and isinstance(model, (str, Path)):
             from roles.models.tokenizer import eos_ids
@@ -71,6 +76,9 @@ class TorchEngine:
             check_scheme(quantization)
             self.quant = Int8WeightOnly(self.model)
         self._params = dict(self.model.state_dict(keep_vars=True))
+        self.version = 0  # the policy version of the weights held (streaming: what tokens record)
+        # the streaming half (roles.engines.torch_stream), sharing this model
+        self._stream = ContinuousBatcher(self, capacity, inflight_kv, seed)
 
     @classmethod
     def from_config(cls, engine, model, *, max_seqs: int, seed: int = 0, module=None, stop_ids=None) -> TorchEngine:
@@ -81,14 +89,34 @@ class TorchEngine:
 
         if stop_ids is None:
             stop_ids = eos_ids(model.path)
+        stream = dict(capacity=engine.max_seqs or max(max_seqs, 1), inflight_kv=engine.inflight_kv, seed=seed)
         if module is not None:
-            return cls(module, stop_ids=stop_ids)
+            return cls(module, stop_ids=stop_ids, **stream)
         return cls(
             model.path,
             dtype=torch_dtype(engine.dtype or model.dtype),
             quantization=engine.quantization,
             stop_ids=stop_ids,
+            **stream,
         )
+
+    # ------------------------------------------------------------------ StreamingEngine
+
+    @property
+    def capacity(self) -> int:
+        return self._stream.capacity
+
+    def add(self, request: Request) -> None:
+        self._stream.add(request)
+
+    def step(self) -> list[Finished]:
+        return self._stream.step()
+
+    def abort(self, tag: int) -> int:
+        return self._stream.abort(tag)
+
+    def unfinished(self) -> int:
+        return self._stream.unfinished()
 
     # ------------------------------------------------------------------ Engine protocol
 
@@ -102,12 +130,13 @@ class TorchEngine:
             samples += self._sample(rows[start : start + self.max_batch_rows], sampling, gen)
         return [samples[i * n : (i + 1) * n] for i in range(len(prompts))]
 
-    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None) -> None:
         """Copy tensors into the model's own parameters, in place, by Hugging Face name.
 
         Each tensor is checked and copied as it arrives (a weight stream need not fit in memory
         twice), so a bad name or shape raises after the earlier tensors were already copied.
-        No KV cache outlives a ``generate`` call, so nothing stale remains.
+        No KV cache outlives a ``generate`` call; sequences streaming through the engine go on
+        (their KV kept or recomputed: ``inflight_kv``), their next tokens recording ``version``.
         """
         with torch.no_grad():
             for name, tensor in named_tensors:
@@ -124,6 +153,8 @@ class TorchEngine:
                 param.copy_(tensor)
             if self.quant is not None:
                 self.quant.requantize()
+        self.version = self.version + 1 if version is None else version
+        self._stream.weights_changed()
 
     # ------------------------------------------------------------------ decode loop
 

@@ -6,6 +6,8 @@ trainers (the temperature their log-probs use); the step itself is ``roles.proto
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from roles.sections.base import Section
@@ -26,3 +28,11 @@ class RolloutConfig(Section):
     max_new_tokens: int = Field(16, gt=0, le=MAX_NEW_TOKENS)  # response length cap
     temperature: float = Field(1.0, gt=0)  # sampling temperature (the trainer uses the same)
     top_p: float = Field(1.0, gt=0, le=1)  # nucleus mass; < 1 truncates the behaviour policy
+    # batch: a generator samples a batch of groups per engine call, every row waiting for the
+    # batch's longest sample, and takes new weights between batches. stream: a stream of
+    # requests with continuous batching; each group goes on the moment its last sample ends
+    # and generators pull groups as room frees (docs/architecture.md, "The life of a request").
+    mode: Literal["batch", "stream"] = "batch"
+    # stream: load each new policy between decode steps while sequences are in flight (their
+    # later tokens record the new version); false: between groups only, when the engine is empty
+    inflight_updates: bool = True
