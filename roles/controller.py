@@ -31,21 +31,22 @@ from roles import protocol
 from roles.checkpoint.layout import remove_partials
 from roles.checkpoint.plan import CheckpointPlan
 from roles.checkpoint.resume import Resume
+from roles.controller_checkpoints import CoordinatesCheckpoints
+from roles.dispatch import Dispatch
 from roles.evaluation import EvalConfig, EvalRound
 from roles.observe.run_log import RunLog
 from roles.observe.step_record import StepNotices, step_record, summary
 from roles.prompt_stream import PromptStream, fingerprint
 from roles.protocol import (
     BatchDone,
+    Credit,
     EvalScored,
     ForwardsStopSignals,
     PromptBatch,
     RolloutConfig,
     Routes,
-    SaveState,
     Schedule,
     Scored,
-    StateSaved,
     StepDone,
 )
 from roles.sections.controller import ControllerConfig
@@ -74,7 +75,7 @@ class Observers:
     liveness: object = None
 
 
-class ControllerActor(ForwardsStopSignals, Actor):
+class ControllerActor(CoordinatesCheckpoints, ForwardsStopSignals, Actor):
     Config = ControllerConfig  # the role map's run: section
 
     def __init__(
@@ -112,6 +113,8 @@ class ControllerActor(ForwardsStopSignals, Actor):
         self.next_step_to_send = 0
         self.next_batch_id = 0
         self.batch_prompts = protocol.batch_prompts(rollout, routes.generators, batch_prompts)
+        self.streaming = rollout.mode == "stream"
+        self.outgoing = Dispatch(mailbox, routes, self.streaming)
         self.notices = StepNotices()  # per step, merged into one metrics line per step
         self._steps_done: dict[int, tuple] = {}  # step -> (StepDone, when it came): waiting for notices
         self.out = Path(config.out)
@@ -189,36 +192,6 @@ class ControllerActor(ForwardsStopSignals, Actor):
         done = {e["policy_version"] for e in self.evals}
         return bool(every) and version % every == 0 and version not in done
 
-    def _begin_checkpoint(self, steps: int) -> None:
-        """The trainers have written their part (before StepDone); write ours, ask the rest."""
-        position = self._positions.get(steps) or self._position()  # not yet sent: as it is now
-        self._positions = {s: p for s, p in self._positions.items() if s > steps}
-        state = {"position": position, "next_eval_group": self.next_eval_group}
-        path = self.checkpoints.write_controller_part(steps, state)
-        asked = 0
-        for role in ([] if self.routes.colocated else [self.routes.generate_role]) + ["reward"]:
-            self.mailbox.send_role(role, SaveState(steps_done=steps, path=str(path)))
-            asked += self.routes.generators if role != "reward" else self.routes.rewards
-        self._saving[steps] = asked
-        if asked == 0:
-            self._end_checkpoint(steps)
-
-    @handles(StateSaved)
-    def on_state_saved(self, env: Envelope) -> None:
-        steps = env.msg.steps_done
-        if steps not in self._saving:
-            raise RuntimeError(f"{env.sender} saved checkpoint {steps}, which is not being written")
-        self._saving[steps] -= 1
-        if self._saving[steps] == 0:
-            self._end_checkpoint(steps)
-
-    def _end_checkpoint(self, steps: int) -> None:
-        final = self.checkpoints.finalize(steps)
-        del self._saving[steps]
-        self.log.write(f"checkpoint: {final}")
-        if self._finish_after_save and not self._saving:
-            self._finish()
-
     def step(self) -> bool:
         now = time.perf_counter()
         if self.liveness is not None and now >= self._next_liveness_check:
@@ -261,8 +234,14 @@ class ControllerActor(ForwardsStopSignals, Actor):
         if batch_id is None:
             batch_id = self.next_batch_id
             self.next_batch_id += 1
+        if self.streaming:  # each group seeded by its id, whoever samples it
+            fields["group_seeds"] = [protocol.group_seed(self.config.seed, g) for g in fields["group_ids"]]
         batch = PromptBatch(batch_id=batch_id, seed=protocol.batch_seed(self.config.seed, batch_id), **fields)
-        self.mailbox.send(self.routes.generator_for(batch_id), batch)
+        self.outgoing.send(batch)
+
+    @handles(Credit)
+    def on_credit(self, env: Envelope) -> None:
+        self.outgoing.on_credit(env.sender.index, env.msg.groups)
 
     def _start_eval(self, version: int) -> None:
         """Send one eval round: greedy responses, and ``eval.samples`` sampled ones, per example."""

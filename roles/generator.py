@@ -29,6 +29,7 @@ from roles.protocol import (
     Schedule,
     WeightsPushed,
 )
+from roles.stream_generator import StreamsRollouts
 from runtime import Actor, Backoff, Envelope, handles
 from runtime.loop_clock import LOOP
 
@@ -116,7 +117,7 @@ def sampling_for(batch: PromptBatch, rollout: RolloutConfig) -> SamplingConfig:
     )
 
 
-class GeneratorActor(ForwardsStopSignals, SavesRandomStates, Actor):
+class GeneratorActor(StreamsRollouts, ForwardsStopSignals, SavesRandomStates, Actor):
     def __init__(
         self, mailbox, rollout: RolloutConfig, *, schedule: Schedule, routes: Routes, engine, receiver, version: int = 0
     ):
@@ -134,11 +135,21 @@ class GeneratorActor(ForwardsStopSignals, SavesRandomStates, Actor):
         # Weight-sync accounting since the last BatchDone (the controller logs it per step).
         self._load_s = 0.0
         self._syncs = 0
+        self.streaming = rollout.mode == "stream"
+        if self.streaming:
+            self._start_streaming()
         self._post_next_receive()
+
+    def on_start(self) -> None:
+        if self.streaming:
+            self._grant_initial_credit()
 
     @handles(PromptBatch)
     def on_batch(self, env: Envelope) -> None:
-        self.queue.append(env.msg)
+        if self.streaming:
+            self._queue_stream(env.msg)
+        else:
+            self.queue.append(env.msg)
 
     @handles(WeightsPushed)
     def on_weights(self, env: Envelope) -> None:
@@ -170,11 +181,12 @@ class GeneratorActor(ForwardsStopSignals, SavesRandomStates, Actor):
     def _apply_received(self, load: bool = True) -> None:
         """Load the version whose transfer has completed and start receiving the next."""
         t0 = time.perf_counter()
+        version = self.announced.popleft()
         with self.spans.span("weight_receive"):
             named = self.receiver.finish()
             if load:
-                self.engine.load_weights(named)
-        self.version = self.announced.popleft()
+                self.engine.load_weights(named, version=version)
+        self.version = version
         self._load_s += time.perf_counter() - t0
         self._syncs += 1
         self._post_next_receive()
@@ -216,6 +228,8 @@ class GeneratorActor(ForwardsStopSignals, SavesRandomStates, Actor):
         return waited
 
     def step(self) -> bool:
+        if self.streaming:
+            return self._stream_step()
         if not self.queue:
             # Idle: still take weights in as soon as they land, off the critical path.
             if self.announced and self.receiver.ready():

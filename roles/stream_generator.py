@@ -1,0 +1,194 @@
+"""The generator's streaming loop (``rollout.mode: stream``): its engine kept full, groups out as they end.
+
+Groups arrive from the controller no faster than this rank has room for them (it grants
+``Credit``: room for twice the groups its engine decodes at once, so the next ones are
+already here when slots free). Each group is one engine request (seeded by its group's own
+seed); it joins the running batch as soon as the engine holds a policy at least as new as its
+``min_version``, in the order sent, and goes to its reward rank the moment its last sample
+ends. New weights are loaded between decode steps while sequences are in flight
+(``rollout.inflight_updates``; never while an evaluation group is: a round is sampled by one
+version); without in-flight updates, when the engine has run empty. The life of a request is
+told in docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from roles.engines.requests import Request, version_segments
+from roles.protocol import CONTROLLER, TRAIN, BatchDone, Credit, PromptBatch, Rollout
+
+
+@dataclass
+class _Group:
+    """One group in the engine: the batch it came in, its place there, its samples so far."""
+
+    batch: PromptBatch
+    position: int
+    samples: list
+    left: int
+
+    @property
+    def group_id(self) -> int:
+        return self.batch.group_ids[self.position]
+
+
+class StreamsRollouts:
+    """The streaming half of ``GeneratorActor`` (a mixin: the actor owns the engine, weights
+    and mailbox; this owns the groups in flight and the flow control)."""
+
+    def _start_streaming(self) -> None:
+        self.pending: collections.deque[tuple[PromptBatch, int]] = collections.deque()  # (batch, position)
+        self.in_engine: dict[int, _Group] = {}  # group id -> group
+        per_group = max(1, self.rollout.samples_per_prompt)
+        self.credit_groups = 2 * max(1, self.engine.capacity // per_group)
+        self.engine.version = self.version
+        self._engine_s = self._tail_s = self._wait_s = 0.0  # since the last notice
+        self._idle_since: float | None = None
+
+    def _grant_initial_credit(self) -> None:
+        self.mailbox.send(CONTROLLER, Credit(groups=self.credit_groups))
+
+    def _queue_stream(self, batch: PromptBatch) -> None:
+        self.pending.extend((batch, i) for i in range(len(batch.group_ids)))
+
+    def _stream_step(self) -> bool:
+        """One turn: take finished transfers, admit what may run, decode once, release groups."""
+        progressed = self._take_weights()
+        self._admit_ready()
+        if self.engine.unfinished():
+            self._note_idle_end()
+            self._decode_once()
+            return True
+        if self.pending:  # every waiting group needs a newer policy than the engine holds
+            if self._idle_since is None:
+                self._idle_since = time.perf_counter()
+            if self.announced:
+                self._apply_received()  # the engine is empty: block until the transfer is in
+                return True
+        return progressed
+
+    def _take_weights(self) -> bool:
+        took = False
+        while self.announced and self.receiver.ready():
+            busy = self.engine.unfinished() > 0
+            if busy and (not self.rollout.inflight_updates or self._evals_in_flight()):
+                break
+            self._apply_received()
+            took = True
+        return took
+
+    def _evals_in_flight(self) -> bool:
+        return any(g.batch.purpose != TRAIN for g in self.in_engine.values())
+
+    def _admit_ready(self) -> None:
+        """Admit waiting groups in the order sent, while the engine holds a policy new enough."""
+        while self.pending and self.pending[0][0].min_version <= self.version:
+            if self._held_for_update():
+                return
+            batch, i = self.pending.popleft()
+            n = batch.samples_per_prompt
+            group = _Group(batch, i, [None] * n, n)
+            self.in_engine[group.group_id] = group
+            sampling = self._sampling(batch, i)
+            self.engine.add(Request(group.group_id, np.asarray(batch.prompts[i], np.int32), n, sampling))
+
+    def _held_for_update(self) -> bool:
+        """Hold admissions while a ready update waits for the engine to empty (an evaluation in
+        flight, or no in-flight updates), so it does not wait forever."""
+        return bool(self.announced) and self.receiver.ready() and self.engine.unfinished() > 0
+
+    def _sampling(self, batch: PromptBatch, i: int):
+        from roles.generator import sampling_for
+
+        sampling = sampling_for(batch, self.rollout)
+        if batch.group_seeds is not None:
+            sampling.seed = batch.group_seeds[i]
+        return sampling
+
+    def _decode_once(self) -> None:
+        live = min(self.engine.unfinished(), self.engine.capacity)
+        waiting = self.engine.unfinished() > self.engine.capacity
+        t0 = time.perf_counter()
+        with self.spans.span("generate"):
+            finished = self.engine.step()
+        dt = time.perf_counter() - t0
+        self._engine_s += dt
+        if not waiting:  # slots empty while nothing waits for one: the stream's tail
+            self._tail_s += dt * (1 - live / self.engine.capacity)
+        done = []
+        for f in finished:
+            group = self.in_engine[f.tag]
+            group.samples[f.index] = f.sample
+            group.left -= 1
+            if group.left == 0:
+                done.append(self.in_engine.pop(f.tag))
+        if done:
+            self._release(done)
+
+    def _note_idle_end(self) -> None:
+        if self._idle_since is not None:
+            self._wait_s += time.perf_counter() - self._idle_since
+            self._idle_since = None
+
+    def _release(self, groups: list[_Group]) -> None:
+        """Send each finished group to its reward rank; one notice per step (or eval round) to
+        the controller, sharing the engine time since the last notice by tokens; the room back."""
+        tokens: dict[tuple[int, int], int] = collections.Counter()
+        for g in groups:
+            rollout = _rollout(g)
+            self.mailbox.send(self.routes.reward_for(g.group_id), rollout)
+            tokens[(g.batch.step, g.batch.eval_round)] += sum(len(x) for x in rollout.response_ids)
+        total = max(sum(tokens.values()), 1)
+        counts = collections.Counter((g.batch.step, g.batch.eval_round) for g in groups)
+        for (step, eval_round), n in counts.items():
+            share = tokens[(step, eval_round)] / total
+            self.mailbox.send(
+                CONTROLLER,
+                BatchDone(
+                    batch_id=-1,
+                    step=step,
+                    groups=n,
+                    tokens=tokens[(step, eval_round)],
+                    policy_version=min(_oldest(g) for g in groups),
+                    generate_s=self._engine_s * share,
+                    wait_s=self._wait_s * share,
+                    weight_load_s=self._load_s * share,
+                    weight_syncs=self._syncs,
+                    eval_round=eval_round,
+                    tail_wait_s=self._tail_s * share,
+                ),
+            )
+        self._engine_s = self._tail_s = self._wait_s = self._load_s = 0.0
+        self._syncs = 0
+        self.mailbox.send(CONTROLLER, Credit(groups=len(groups)))
+
+
+def _oldest(group: _Group) -> int:
+    return min(int(s.versions.min()) if len(s.versions) else 1 << 30 for s in group.samples)
+
+
+def _rollout(g: _Group) -> Rollout:
+    batch, samples = g.batch, g.samples
+    oldest = _oldest(g)
+    if oldest == 1 << 30:  # no tokens at all (cannot happen: a sample has at least one)
+        oldest = 0
+    spans = [version_segments(s.versions) for s in samples]
+    mixed = any(len(seg) > 1 or (len(seg) and seg[0, 1] != oldest) for seg in spans)
+    return Rollout(
+        example_id=batch.example_ids[g.position],
+        group_id=g.group_id,
+        step=batch.step,
+        prompt_ids=np.asarray(batch.prompts[g.position], dtype=np.int32),
+        response_ids=[s.response_ids for s in samples],
+        logprobs=[s.logprobs for s in samples],
+        finish_reasons=[s.finish_reason for s in samples],
+        policy_version=oldest,
+        purpose=batch.purpose,
+        eval_round=batch.eval_round,
+        version_segments=[seg.reshape(-1) for seg in spans] if mixed else None,
+    )
