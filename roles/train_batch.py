@@ -99,6 +99,31 @@ class Tally:
                 self.sums[k] += float(v) * n_tok
 
 
+def version_figures(groups: list[Rollout], version: int) -> dict[str, float]:
+    """How old the step's tokens are, token by token: a streamed sample's tokens may span
+    versions (in-flight updates; ``Rollout.version_segments``), its staleness is its oldest's."""
+    from roles.engines.requests import expand_segments
+
+    tokens = stale_sum = mixed = spread = 0
+    for g in groups:
+        for i, ids in enumerate(g.response_ids):
+            if g.version_segments is None:
+                versions = np.full(len(ids), g.policy_version)
+            else:
+                versions = expand_segments(g.version_segments[i], len(ids))
+            if len(versions):
+                tokens += len(versions)
+                stale_sum += int((version - versions).sum())
+                width = int(versions.max() - versions.min())
+                mixed += width > 0
+                spread = max(spread, width)
+    return {
+        "token_staleness_mean": stale_sum / max(tokens, 1),
+        "version_spread_max": float(spread),  # the most versions one sample's tokens span, less one
+        "mixed_version_samples": float(mixed),  # samples whose tokens more than one version sampled
+    }
+
+
 def step_metrics(batch: StepBatch, tally: Tally, grad_norm: float, finite: bool, train_s: float) -> dict[str, float]:
     metrics = {
         # The objective's token mean over every sample (skipped ones contribute 0 to it).

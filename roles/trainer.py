@@ -32,7 +32,7 @@ from roles.checkpoint.rng import save_rng
 from roles.checkpoint.trainer_state import inject_fault, load_trainer_state, save_trainer_state
 from roles.protocol import CONTROLLER, Preempt, Rollout, RolloutConfig, Routes, Schedule, StepDone, WeightsPushed
 from roles.sections.trainer import TrainerConfig
-from roles.train_batch import StepBatch, Tally, collect, pad, step_metrics
+from roles.train_batch import StepBatch, Tally, collect, pad, step_metrics, version_figures
 from roles.trainer_group import TrainerGroup
 from runtime import Actor, Envelope, handles
 from runtime.faults import fault_injected
@@ -202,7 +202,10 @@ class TrainerActor(Actor):
         self.optimizer.zero_grad(set_to_none=True)
         tally = self._forward_backward(batch, groups[0], scale)
         grad_norm, finite = self._apply_update(tally.loss_sum, batch.tokens)
-        return step_metrics(batch, tally, grad_norm, finite, time.perf_counter() - t0)
+        return {
+            **step_metrics(batch, tally, grad_norm, finite, time.perf_counter() - t0),
+            **version_figures(groups, self.version),
+        }
 
     def _forward_backward(self, batch: StepBatch, first: Rollout, scale: float) -> Tally:
         """Every micro-batch's loss and backward pass; their gradients add up."""
@@ -283,6 +286,7 @@ class TrainerActor(Actor):
             "example_id_sqsum": float(sum(float(g.example_id) ** 2 for g in groups)),
             "train_s": time.perf_counter() - t0,
             "sim_train_s": modelled,
+            **version_figures(groups, self.version),
         }
 
     def _nonfinite(self, loss: float, grad_norm: float) -> None:

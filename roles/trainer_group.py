@@ -21,6 +21,7 @@ _SUMMED = (
     "example_id_sum",
     "example_id_sqsum",
     "weight_send_bytes",
+    "mixed_version_samples",
 )
 _MAXED = (
     "checkpoint_save_s",
@@ -34,10 +35,17 @@ _MAXED = (
     "pushed_version",
     "logp_mismatch_max",
     "ratio_max",
+    "version_spread_max",
 )
 # Means and what they are means over; any other averaged figure is a mean over the tokens
 # trained on (the loss module's ratio, clip and KL figures, logp_mismatch_mean).
-_MEAN_OVER = {"loss": "tokens", "reward_mean": "samples", "staleness_mean": "samples", "grad_norm": None}
+_MEAN_OVER = {
+    "loss": "tokens",
+    "reward_mean": "samples",
+    "staleness_mean": "samples",
+    "token_staleness_mean": "tokens",
+    "grad_norm": None,
+}
 
 
 class TrainerGroup:

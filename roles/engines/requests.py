@@ -128,13 +128,17 @@ def expand_segments(segments: np.ndarray, length: int) -> np.ndarray:
     return out
 
 
-def run_to_completion(engine: StreamingEngine, prompts: list[np.ndarray], n: int, sampling: SamplingConfig) -> list[list[Sample]]:
+def run_to_completion(
+    engine: StreamingEngine, prompts: list[np.ndarray], n: int, sampling: SamplingConfig
+) -> list[list[Sample]]:
     """``Engine.generate`` over a streaming engine: prompt ``i`` is request ``i``, seeded
     ``sampling.seed + i`` when a seed is given; result[i][j] is sample j of prompt i."""
     out: list[list[Sample | None]] = [[None] * n for _ in prompts]
     for i, prompt in enumerate(prompts):
         seed = None if sampling.seed is None else sampling.seed + i
-        engine.add(Request(tag=i, prompt_ids=np.asarray(prompt, dtype=np.int32), n=n, sampling=_with_seed(sampling, seed)))
+        engine.add(
+            Request(tag=i, prompt_ids=np.asarray(prompt, dtype=np.int32), n=n, sampling=_with_seed(sampling, seed))
+        )
     left = len(prompts) * n
     while left:
         for f in engine.step():

@@ -101,7 +101,9 @@ class ContinuousBatcher:
         if self.inflight_kv == "recompute" and self.live():
             rows = [i for i, s in enumerate(self.slots) if s is not None]
             seqs = [self.slots[i] for i in rows]
-            tmp = self._prefill([np.concatenate([s.prompt, np.asarray(s.tokens[: s.fed - len(s.prompt)], np.int32)]) for s in seqs])[1]
+            tmp = self._prefill(
+                [np.concatenate([s.prompt, np.asarray(s.tokens[: s.fed - len(s.prompt)], np.int32)]) for s in seqs]
+            )[1]
             self.kv.copy_in(tmp, list(range(len(rows))), rows, self.T)
 
     # -------------------------------------------------------------- admission
@@ -141,7 +143,12 @@ class ContinuousBatcher:
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = _preallocated_cache(eng.model.config, ids.shape[1])
         out = eng.model(
-            input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=cache, use_cache=True, logits_to_keep=1
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=pos,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
         )
         return out.logits[:, -1], cache
 
@@ -160,7 +167,10 @@ class ContinuousBatcher:
         pos = torch.tensor([s.fed if s else 0 for s in seqs], device=dev)
         self.kv.at(self.T, rows)
         logits = self.engine.model(
-            input_ids=tok[:, None], attention_mask=mask, position_ids=pos[:, None], past_key_values=self.kv.cache,
+            input_ids=tok[:, None],
+            attention_mask=mask,
+            position_ids=pos[:, None],
+            past_key_values=self.kv.cache,
             use_cache=True,
         ).logits[:, -1]
         self.T += 1
@@ -173,16 +183,20 @@ class ContinuousBatcher:
         """Sample each row's next token; record it; free and return the rows that ended."""
         from roles.engines.sampling import pick_rows
 
-        tok, lp = pick_rows(logits, [s.request.sampling for s in seqs], [s.seed for s in seqs], [len(s.tokens) for s in seqs])
+        tok, lp = pick_rows(
+            logits, [s.request.sampling for s in seqs], [s.seed for s in seqs], [len(s.tokens) for s in seqs]
+        )
         eos = set(self.engine.eos_ids.tolist())
         version = self.engine.version
         finished = []
-        for row, seq, t, l in zip(rows, seqs, tok.tolist(), lp.tolist()):
+        for row, seq, t, logp in zip(rows, seqs, tok.tolist(), lp.tolist()):
             seq.tokens.append(t)
-            seq.logprobs.append(l)
+            seq.logprobs.append(logp)
             seq.versions.append(version)
             seq.pending = t
-            reason = "stop" if t in eos else "length" if len(seq.tokens) >= seq.request.sampling.max_new_tokens else None
+            reason = (
+                "stop" if t in eos else "length" if len(seq.tokens) >= seq.request.sampling.max_new_tokens else None
+            )
             if reason is not None:
                 self.slots[row] = None
                 finished.append(Finished(seq.tag, seq.index, seq.sample(reason)))

@@ -49,6 +49,10 @@ _TRAINER = {
     "logp_mismatch_max": "train/logp_mismatch_max",
     "kl_ref": "train/kl_ref",
     "trainer_wait_s": "timing/trainer_wait_s",
+    # streamed with in-flight updates, a sample's tokens may come from several versions
+    "token_staleness_mean": "staleness/token_mean",
+    "version_spread_max": "staleness/version_spread_max",
+    "mixed_version_samples": "staleness/mixed_version_samples",
     "weight_send_stall_s": "timing/weight_send_stall_s",
 }
 
