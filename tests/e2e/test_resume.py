@@ -71,11 +71,13 @@ def _weights(run_dir: Path) -> dict:
 
 
 @pytest.mark.slow
-def test_a_killed_run_resumes_bit_identically_at_staleness_0(tmp_path, sft_model):
+@pytest.mark.parametrize("mode", ["batch", "stream"])
+def test_a_killed_run_resumes_bit_identically_at_staleness_0(tmp_path, sft_model, mode):
     whole, broken = tmp_path / "whole", tmp_path / "broken"
-    recipe.run_job(_config(whole, sft_model, 0), timeout_s=JOB_TIMEOUT_S, quiet=True)
-    _kill_after_checkpoint(_config(broken, sft_model, 0), broken, steps_done=4)
-    recipe.run_job(_config(broken, sft_model, 0), timeout_s=JOB_TIMEOUT_S, quiet=True)  # run.resume: auto
+    rollout = {"rollout": {"mode": mode}}
+    recipe.run_job(_config(whole, sft_model, 0, **rollout), timeout_s=JOB_TIMEOUT_S, quiet=True)
+    _kill_after_checkpoint(_config(broken, sft_model, 0, **rollout), broken, steps_done=4)
+    recipe.run_job(_config(broken, sft_model, 0, **rollout), timeout_s=JOB_TIMEOUT_S, quiet=True)  # resume: auto
 
     a, b = recipe.read_metrics(whole), recipe.read_metrics(broken)
     assert [m["step"] for m in b] == list(range(STEPS))  # no step missing, none twice
@@ -106,11 +108,13 @@ def test_a_killed_run_resumes_bit_identically_at_staleness_0(tmp_path, sft_model
 
 
 @pytest.mark.slow
-def test_a_killed_run_trains_every_step_once_at_staleness_1(tmp_path, sft_model):
+@pytest.mark.parametrize("mode", ["batch", "stream"])
+def test_a_killed_run_trains_every_step_once_at_staleness_1(tmp_path, sft_model, mode):
     whole, broken = tmp_path / "whole", tmp_path / "broken"
-    recipe.run_job(_config(whole, sft_model, 1), timeout_s=JOB_TIMEOUT_S, quiet=True)
-    _kill_after_checkpoint(_config(broken, sft_model, 1), broken, steps_done=4)
-    recipe.run_job(_config(broken, sft_model, 1), timeout_s=JOB_TIMEOUT_S, quiet=True)
+    rollout = {"rollout": {"mode": mode}}
+    recipe.run_job(_config(whole, sft_model, 1, **rollout), timeout_s=JOB_TIMEOUT_S, quiet=True)
+    _kill_after_checkpoint(_config(broken, sft_model, 1, **rollout), broken, steps_done=4)
+    recipe.run_job(_config(broken, sft_model, 1, **rollout), timeout_s=JOB_TIMEOUT_S, quiet=True)
 
     a, b = recipe.read_metrics(whole), recipe.read_metrics(broken)
     assert [m["step"] for m in b] == list(range(STEPS))

@@ -27,11 +27,11 @@ def _mean(xs):
     return sum(xs) / len(xs)
 
 
-@pytest.mark.parametrize("staleness", [0, 1])
-def test_reward_rises_within_the_staleness_bound(tmp_path, sft_model, staleness):
+@pytest.mark.parametrize("staleness, mode", [(0, "batch"), (1, "batch"), (1, "stream")])
+def test_reward_rises_within_the_staleness_bound(tmp_path, sft_model, staleness, mode):
     # The demo's recipe (AIPO, lr 3e-5): training reward climbs about 0.07 in 80 steps.
     steps = 80
-    metrics = run(tmp_path, sft_model, run={"steps": steps, "max_staleness": staleness})
+    metrics = run(tmp_path, sft_model, run={"steps": steps, "max_staleness": staleness}, rollout={"mode": mode})
     assert [m["step"] for m in metrics] == list(range(steps))  # metrics.jsonl is complete
     assert [m["policy_version"] for m in metrics] == list(range(1, steps + 1))
     for m in metrics:
