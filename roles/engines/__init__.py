@@ -7,7 +7,8 @@ only it: vLLM is not imported by a torch run); each class builds itself from the
 
 - ``base``: the contract (``Engine``, ``Sample``, ``SamplingConfig``) and ``EngineConfig``;
 - ``torch_engine``: our KV-cache decode loop over a Hugging Face model (``quantization``: its int8);
-- ``vllm_engine``: an in-process ``vllm.LLM`` (``vllm_device``: what the device can run under it);
+- ``vllm_engine``: an in-process ``vllm.LLM`` (``vllm_device``: what the device can run under it;
+  ``vllm_stream``: its request-level side, ``requests``' streaming contract);
 - ``sim_engine``: a benchmark instrument that sleeps for the modelled time (``sim_cost``: that model).
 
 Engines know nothing of messages, ranks or the generator role that drives them: they sample

@@ -25,7 +25,8 @@ Three things make vLLM usable as an RL generator rather than a server:
   the architecture), and refuses (raises) when a reload broke a tie or a tied layer's processing
   is not known to be safe to redo. On GPUs (unquantized head) that processing is a no-op.
 - No stale cache. Prefix caching keeps KV blocks of shared prompt prefixes across batches;
-  after new weights those blocks are wrong, so every update resets the prefix cache.
+  after new weights those blocks are wrong, so every update resets the prefix cache (one with
+  streaming requests in flight salts new requests' blocks with the version instead: vllm_stream).
 
 The engine lives in the generator's process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``): no engine
 subprocess to orphan when MPI aborts the job, and weights pass by reference, not over a socket.
@@ -52,7 +53,9 @@ import numpy as np
 import torch
 
 from roles.engines.base import Sample, SamplingConfig
+from roles.engines.requests import InflightKV
 from roles.engines.vllm_device import check_cpu_head_size, check_device
+from roles.engines.vllm_stream import VllmStreaming
 from runtime.loop_clock import LOOP
 
 _GiB = 1 << 30
@@ -60,8 +63,9 @@ _VLLM_GROUP_NAME_OFFSET = 1_000_000  # see _private_torch_world
 _engines_started = 0  # engines built in this process so far (each numbers its groups apart)
 
 
-class VllmEngine:
-    """An in-process ``vllm.LLM``: samples with behaviour log-probs, takes new weights in place."""
+class VllmEngine(VllmStreaming):
+    """An in-process ``vllm.LLM``: samples with behaviour log-probs, takes new weights in place;
+    a batch at a time (``generate``) or request by request (``add``/``step``: ``vllm_stream``)."""
 
     @dataclass
     class Config:
@@ -82,6 +86,8 @@ class VllmEngine:
         compile: bool | None = None
         seed: int = 0  # engine seed (vLLM also seeds the process's global RNGs with it)
         cpu_threads: int | None = None  # CPU: torch/OpenMP threads; None = OMP_NUM_THREADS, else 1
+        # Streaming: what sequences in flight during an update decode over (roles.engines.requests)
+        inflight_kv: InflightKV = "keep"
         extra: dict[str, Any] = field(default_factory=dict)  # other vllm.LLM keyword arguments, as is
 
     def __init__(self, config: VllmEngine.Config):
@@ -92,6 +98,7 @@ class VllmEngine:
         self._param_names = _checkpoint_names(config.model)
         # Per worker: groups of "module.param" names holding one shared Parameter (tied head).
         self._tied = self._llm.collective_rpc(_tied_parameters)
+        self._init_streaming()
 
     @classmethod
     def from_config(cls, engine, model, *, max_seqs: int, seed: int = 0, module=None, stop_ids=None) -> VllmEngine:
@@ -110,6 +117,7 @@ class VllmEngine:
                 max_num_seqs=max(max_seqs, 1),
                 compile=engine.compile,
                 seed=seed,
+                inflight_kv=getattr(engine, "inflight_kv", "keep"),
             )
         )
 
@@ -124,6 +132,7 @@ class VllmEngine:
 
         if not prompts:
             return []
+        self._check_idle()
         if sampling.temperature == 0 and n > 1:
             # vLLM refuses n > 1 for greedy decoding; the n responses are the same one anyway.
             once = self.generate(prompts, 1, sampling, ignore_eos)
@@ -150,8 +159,10 @@ class VllmEngine:
             outputs = self._llm.generate(inputs, params, use_tqdm=False)
         return [[_sample(c) for c in sorted(out.outputs, key=lambda c: c.index)] for out in outputs]
 
-    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Replace every weight in place (Hugging Face names), then drop the prefix cache.
+    def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None) -> None:
+        """Replace every weight in place (Hugging Face names), then drop the prefix cache (with
+        streaming requests in flight: see ``vllm_stream``). ``version``: the new weights' policy
+        version (None: the one held, plus one).
 
         All of the model's parameters must come in one call (the checkpoint's names): vLLM
         fuses q/k/v and gate/up per layer, and a layer given only some of its parts would be
@@ -169,6 +180,7 @@ class VllmEngine:
                 f"unknown {sorted(unknown)[:5]}{'...' if len(unknown) > 5 else ''}, "
                 f"{len(named) - len(names)} duplicated"
             )
+        self._before_reload()
         # A list, not an iterator: with tensor parallelism the call is shipped to worker processes.
         self._llm.collective_rpc("reload_weights", kwargs={"weights_iterator": named, "is_checkpoint_format": True})
         # The reload skips the post-load processing of a head tied to the embedding (module doc).
@@ -178,8 +190,8 @@ class VllmEngine:
                 f"vLLM's weight reload changed which parameters are shared (tied): {self._tied} before, "
                 f"{tied} after; a tied output head may no longer follow the embedding"
             )
-        if not self._llm.reset_prefix_cache():
-            raise RuntimeError("vLLM refused to reset its prefix cache (requests still running?)")
+        self.version = self.version + 1 if version is None else version
+        self._after_reload()  # the prefix cache reset, or what the requests in flight need instead
         self.last_update_s = time.perf_counter() - t0
         self.updates += 1
 
