@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-SCHEMA_VERSION = 4  # 2: lists of small 1-d arrays travel as one ragged extension; 3: example ids, eval tags; 4: streaming
+SCHEMA_VERSION = (
+    4  # 2: lists of small 1-d arrays travel as one ragged extension; 3: example ids, eval tags; 4: streaming
+)
 
 
 class CodecError(ValueError):

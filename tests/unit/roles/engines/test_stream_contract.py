@@ -39,7 +39,7 @@ def _vllm(model_dir):
     pytest.importorskip("vllm", reason="vllm is not installed")
     from roles.engines.vllm_engine import VllmEngine
 
-    return VllmEngine(VllmEngine.Config(model=str(model_dir), kv_cache_gib=0.25, max_num_seqs=4, block_size=16))
+    return VllmEngine(VllmEngine.Config(model=str(model_dir), kv_cache_gib=0.25, max_num_seqs=4, block_size=32))
 
 
 ENGINES = {"torch": _torch, "sim": _sim, "vllm": _vllm}
