@@ -109,12 +109,9 @@ class ControllerActor(CoordinatesCheckpoints, ForwardsStopSignals, Actor):
         self.stream = PromptStream(data.train, config.seed, digest=data.digest or fingerprint(data.train))
         self.eval_prompts = data.eval or {}
         self.data_stats = dict(data.stats or {})
-        self.trainer_version = 0
-        self.next_step_to_send = 0
-        self.next_batch_id = 0
+        self.trainer_version = self.next_step_to_send = self.next_batch_id = 0
         self.batch_prompts = protocol.batch_prompts(rollout, routes.generators, batch_prompts)
-        self.streaming = rollout.mode == "stream"
-        self.outgoing = Dispatch(mailbox, routes, self.streaming)
+        self.outgoing = Dispatch(mailbox, routes, streaming=rollout.mode == "stream")
         self.notices = StepNotices()  # per step, merged into one metrics line per step
         self._steps_done: dict[int, tuple] = {}  # step -> (StepDone, when it came): waiting for notices
         self.out = Path(config.out)
@@ -234,7 +231,7 @@ class ControllerActor(CoordinatesCheckpoints, ForwardsStopSignals, Actor):
         if batch_id is None:
             batch_id = self.next_batch_id
             self.next_batch_id += 1
-        if self.streaming:  # each group seeded by its id, whoever samples it
+        if self.outgoing.streaming:  # each group seeded by its id, whoever samples it
             fields["group_seeds"] = [protocol.group_seed(self.config.seed, g) for g in fields["group_ids"]]
         batch = PromptBatch(batch_id=batch_id, seed=protocol.batch_seed(self.config.seed, batch_id), **fields)
         self.outgoing.send(batch)

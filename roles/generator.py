@@ -15,7 +15,6 @@ import time
 
 import numpy as np
 
-from roles.engines.base import SamplingConfig
 from roles.protocol import (
     CONTROLLER,
     BatchDone,
@@ -29,7 +28,7 @@ from roles.protocol import (
     Schedule,
     WeightsPushed,
 )
-from roles.stream_generator import StreamsRollouts
+from roles.stream_generator import StreamsRollouts, sampling_for
 from runtime import Actor, Backoff, Envelope, handles
 from runtime.loop_clock import LOOP
 
@@ -105,16 +104,6 @@ def tail_wait_share(lengths: list[int]) -> float:
     if longest == 0:
         return 0.0
     return sum(longest - n for n in lengths) / (len(lengths) * longest)
-
-
-def sampling_for(batch: PromptBatch, rollout: RolloutConfig) -> SamplingConfig:
-    """The batch's sampling: the role map's rollout settings, or an eval batch's own."""
-    return SamplingConfig(
-        temperature=rollout.temperature if batch.temperature is None else batch.temperature,
-        top_p=rollout.top_p if batch.temperature != 0 else 1.0,
-        max_new_tokens=rollout.max_new_tokens if batch.max_new_tokens is None else batch.max_new_tokens,
-        seed=batch.seed,
-    )
 
 
 class GeneratorActor(StreamsRollouts, ForwardsStopSignals, SavesRandomStates, Actor):

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from roles.engines.base import SamplingConfig
 from roles.engines.requests import Request, version_segments
-from roles.protocol import CONTROLLER, TRAIN, BatchDone, Credit, PromptBatch, Rollout
+from roles.protocol import CONTROLLER, TRAIN, BatchDone, Credit, PromptBatch, Rollout, RolloutConfig
 
 
 @dataclass
@@ -103,8 +104,6 @@ class StreamsRollouts:
         return bool(self.announced) and self.receiver.ready() and self.engine.unfinished() > 0
 
     def _sampling(self, batch: PromptBatch, i: int):
-        from roles.generator import sampling_for
-
         sampling = sampling_for(batch, self.rollout)
         if batch.group_seeds is not None:
             sampling.seed = batch.group_seeds[i]
@@ -191,4 +190,14 @@ def _rollout(g: _Group) -> Rollout:
         purpose=batch.purpose,
         eval_round=batch.eval_round,
         version_segments=[seg.reshape(-1) for seg in spans] if mixed else None,
+    )
+
+
+def sampling_for(batch: PromptBatch, rollout: RolloutConfig) -> SamplingConfig:
+    """The batch's sampling: the role map's rollout settings, or an eval batch's own."""
+    return SamplingConfig(
+        temperature=rollout.temperature if batch.temperature is None else batch.temperature,
+        top_p=rollout.top_p if batch.temperature != 0 else 1.0,
+        max_new_tokens=rollout.max_new_tokens if batch.max_new_tokens is None else batch.max_new_tokens,
+        seed=batch.seed,
     )

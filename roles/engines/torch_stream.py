@@ -23,6 +23,7 @@ import torch
 from transformers.cache_utils import Cache, DynamicLayer
 
 from roles.engines.base import Sample
+from roles.engines.kv_cache import preallocated_cache
 from roles.engines.requests import Finished, Request, check_request, sample_seed
 from runtime.loop_clock import LOOP
 
@@ -136,12 +137,10 @@ class ContinuousBatcher:
 
     def _prefill(self, sequences: list[np.ndarray]) -> tuple[torch.Tensor, Cache]:
         """The sequences' last logits and their KV, left-padded in a cache of their own."""
-        from roles.engines.torch_engine import _preallocated_cache
-
         eng = self.engine
         ids, mask, _ = eng._left_padded(sequences)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = _preallocated_cache(eng.model.config, ids.shape[1])
+        cache = preallocated_cache(eng.model.config, ids.shape[1])
         out = eng.model(
             input_ids=ids,
             attention_mask=mask,
