@@ -205,6 +205,11 @@ class RoleMap(Section):
                 "rollout.mode: stream needs generator ranks (world.generator); colocated ranks "
                 "take turns generating and training, a batch at a time: use rollout.mode: batch"
             )
+        if self.rollout.oversample > 0 and (self.rollout.mode != "stream" or self.run.max_staleness < 1):
+            raise ValueError(
+                f"rollout.oversample ({self.rollout.oversample:g}) carries unfinished groups over to later "
+                "steps: it needs rollout.mode: stream and run.max_staleness >= 1 (at 0 nothing may carry over)"
+            )
         return self
 
     @model_validator(mode="after")

@@ -36,10 +36,10 @@ from roles.dispatch import Dispatch
 from roles.evaluation import EvalConfig, EvalRound
 from roles.observe.run_log import RunLog
 from roles.observe.step_record import StepNotices, step_record, summary
+from roles.partial_rollouts import HandsOutPartialRollouts, SlotBook
 from roles.prompt_stream import PromptStream, fingerprint
 from roles.protocol import (
     BatchDone,
-    Credit,
     EvalScored,
     ForwardsStopSignals,
     PromptBatch,
@@ -50,6 +50,7 @@ from roles.protocol import (
     StepDone,
 )
 from roles.sections.controller import ControllerConfig
+from roles.stream_protocol import Credit
 from runtime import PREEMPTED, Actor, Envelope, handles
 
 
@@ -75,7 +76,7 @@ class Observers:
     liveness: object = None
 
 
-class ControllerActor(CoordinatesCheckpoints, ForwardsStopSignals, Actor):
+class ControllerActor(CoordinatesCheckpoints, HandsOutPartialRollouts, ForwardsStopSignals, Actor):
     Config = ControllerConfig  # the role map's run: section
 
     def __init__(
@@ -112,6 +113,9 @@ class ControllerActor(CoordinatesCheckpoints, ForwardsStopSignals, Actor):
         self.trainer_version = self.next_step_to_send = self.next_batch_id = 0
         self.batch_prompts = protocol.batch_prompts(rollout, routes.generators, batch_prompts)
         self.outgoing = Dispatch(mailbox, routes, streaming=rollout.mode == "stream")
+        self.slots: SlotBook | None = None  # partial rollouts: steps given to groups as they end
+        if rollout.oversample > 0:
+            self.slots = SlotBook(rollout.prompts_per_step, schedule.steps, rollout.oversample, schedule)
         self.notices = StepNotices()  # per step, merged into one metrics line per step
         self._steps_done: dict[int, tuple] = {}  # step -> (StepDone, when it came): waiting for notices
         self.out = Path(config.out)
@@ -170,6 +174,12 @@ class ControllerActor(CoordinatesCheckpoints, ForwardsStopSignals, Actor):
     def _position(self) -> dict:
         return {"stream": self.stream.position(), "next_batch_id": self.next_batch_id}
 
+    def _checkpoint_position(self, steps: int) -> dict:
+        """The data position a run resumed after ``steps`` steps starts from."""
+        if self.slots is not None:  # now, with what was taken but not trained in those steps
+            return {**self._position(), "carry": self.slots.carry_list(steps)}
+        return self._positions.get(steps) or self._position()  # not yet sent: as it is now
+
     def _resume(self, resume: Resume) -> float:
         """Continue from ``resume``: counters and data position as of its last trained step
         (the run log dropped the lines past it). Returns the run's elapsed seconds at that step."""
@@ -182,6 +192,15 @@ class ControllerActor(CoordinatesCheckpoints, ForwardsStopSignals, Actor):
         # The trainers push the checkpoint's version first (if it is pushed at all).
         self.last_pushed = min(steps, self.schedule.last_pushed_version)
         self.next_eval_round = len(self.evals)
+        if self.slots is not None:
+            self.slots = SlotBook(
+                self.rollout.prompts_per_step,
+                self.schedule.steps,
+                self.rollout.oversample,
+                self.schedule,
+                start_step=steps,
+                carry=state["position"].get("carry", []),
+            )
         return self.history[-1]["elapsed_s"] if self.history else 0.0
 
     def _eval_due(self, version: int) -> bool:
@@ -205,6 +224,9 @@ class ControllerActor(CoordinatesCheckpoints, ForwardsStopSignals, Actor):
     def _fill(self) -> None:
         """Send every step whose required policy version already exists (the staleness gate)."""
         ahead = 0 if self.routes.colocated else 1  # see Schedule.can_send
+        if self.slots is not None:
+            self._top_up(min(self.trainer_version + ahead + self.schedule.max_staleness + 1, self.schedule.steps))
+            return
         while self.schedule.can_send(self.next_step_to_send, self.trainer_version, ahead):
             if self.checkpoints is not None:
                 self._positions[self.next_step_to_send] = self._position()
@@ -309,6 +331,8 @@ class ControllerActor(CoordinatesCheckpoints, ForwardsStopSignals, Actor):
     def _step_finished(self, m: StepDone, now: float) -> None:
         """Step ``m.step``'s line; then its checkpoint, eval, the run's end, or the next prompts."""
         gen, scored, components, shown = self.notices.pop(m.step)
+        if self.slots is not None:  # partial rollouts: carried over, dropped, discarded
+            gen = {**gen, **self.slots.stats.pop(m.step, {})}
         step_s = now - self.t_last_step
         controller = {
             "busy": round((self.busy_s - self._busy_at_last_step) / max(step_s, 1e-9), 4),
@@ -331,6 +355,8 @@ class ControllerActor(CoordinatesCheckpoints, ForwardsStopSignals, Actor):
         preempted = bool(m.metrics.get("preempted"))
         if self.checkpoints is not None and (preempted or self.schedule.checkpoint_due(m.step + 1)):
             self._begin_checkpoint(m.step + 1)
+        if self.slots is not None:
+            self.slots.forget_before(m.step + 1)
         if preempted and m.step + 1 < self.schedule.steps:
             self.log.write(f"preempted: stopping after step {m.step} with a checkpoint")
             self._stop_reason = PREEMPTED

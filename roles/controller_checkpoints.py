@@ -12,7 +12,7 @@ class CoordinatesCheckpoints:
 
     def _begin_checkpoint(self, steps: int) -> None:
         """The trainers have written their part (before StepDone); write ours, ask the rest."""
-        position = self._positions.get(steps) or self._position()  # not yet sent: as it is now
+        position = self._checkpoint_position(steps)
         self._positions = {s: p for s, p in self._positions.items() if s > steps}
         state = {"position": position, "next_eval_group": self.next_eval_group}
         path = self.checkpoints.write_controller_part(steps, state)

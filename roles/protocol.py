@@ -116,14 +116,6 @@ class Rollout:
 
 
 @message
-class Credit:
-    """Streaming generator -> controller: room for ``groups`` more prompt groups (flow control:
-    the controller sends a streaming generator no more groups than it has room for)."""
-
-    groups: int
-
-
-@message
 class WeightsPushed:
     """Training rank 0 -> every generator: the weights of ``version`` are on their way."""
 

@@ -21,7 +21,9 @@ import numpy as np
 
 from roles.engines.base import SamplingConfig
 from roles.engines.requests import Request, version_segments
-from roles.protocol import CONTROLLER, TRAIN, BatchDone, Credit, PromptBatch, Rollout, RolloutConfig
+from roles.protocol import CONTROLLER, TRAIN, BatchDone, PromptBatch, Rollout, RolloutConfig
+from roles.stream_protocol import Credit, GroupReady, SlotAssigned
+from runtime import Envelope, handles
 
 
 @dataclass
@@ -32,10 +34,21 @@ class _Group:
     position: int
     samples: list
     left: int
+    # Partial rollouts: the step and group id the controller gave it when it ended
+    step: int | None = None
+    slot: int | None = None
 
     @property
     def group_id(self) -> int:
+        """Its id in the engine (a partial-rollout group: its ticket)."""
         return self.batch.group_ids[self.position]
+
+    @property
+    def trained_as(self) -> tuple[int, int]:
+        """(step, group id) it goes on with."""
+        if self.step is not None:
+            return self.step, self.slot
+        return self.batch.step, self.group_id
 
 
 class StreamsRollouts:
@@ -45,6 +58,7 @@ class StreamsRollouts:
     def _start_streaming(self) -> None:
         self.pending: collections.deque[tuple[PromptBatch, int]] = collections.deque()  # (batch, position)
         self.in_engine: dict[int, _Group] = {}  # group id -> group
+        self.awaiting_slot: dict[int, _Group] = {}  # partial rollouts: ended, asked for a step
         per_group = max(1, self.rollout.samples_per_prompt)
         self.credit_groups = 2 * max(1, self.engine.capacity // per_group)
         self.engine.version = self.version
@@ -126,8 +140,23 @@ class StreamsRollouts:
             group.left -= 1
             if group.left == 0:
                 done.append(self.in_engine.pop(f.tag))
+        for g in [g for g in done if g.batch.step < 0]:  # partial rollouts: which step, asked
+            self.awaiting_slot[g.group_id] = g
+            tokens = sum(len(s.response_ids) for s in g.samples)
+            self.mailbox.send(CONTROLLER, GroupReady(ticket=g.group_id, oldest_version=_oldest(g), tokens=tokens))
+        done = [g for g in done if g.batch.step >= 0]
         if done:
             self._release(done)
+
+    @handles(SlotAssigned)
+    def on_slot(self, env: Envelope) -> None:
+        m: SlotAssigned = env.msg
+        group = self.awaiting_slot.pop(m.ticket)
+        if m.step < 0:  # too stale for any step left: dropped, its example goes out again
+            self.mailbox.send(CONTROLLER, Credit(groups=1))
+            return
+        group.step, group.slot = m.step, m.group_id
+        self._release([group])
 
     def _note_idle_end(self) -> None:
         if self._idle_since is not None:
@@ -140,10 +169,10 @@ class StreamsRollouts:
         tokens: dict[tuple[int, int], int] = collections.Counter()
         for g in groups:
             rollout = _rollout(g)
-            self.mailbox.send(self.routes.reward_for(g.group_id), rollout)
-            tokens[(g.batch.step, g.batch.eval_round)] += sum(len(x) for x in rollout.response_ids)
+            self.mailbox.send(self.routes.reward_for(rollout.group_id), rollout)
+            tokens[(rollout.step, g.batch.eval_round)] += sum(len(x) for x in rollout.response_ids)
         total = max(sum(tokens.values()), 1)
-        counts = collections.Counter((g.batch.step, g.batch.eval_round) for g in groups)
+        counts = collections.Counter((g.trained_as[0], g.batch.eval_round) for g in groups)
         for (step, eval_round), n in counts.items():
             share = tokens[(step, eval_round)] / total
             self.mailbox.send(
@@ -178,10 +207,11 @@ def _rollout(g: _Group) -> Rollout:
         oldest = 0
     spans = [version_segments(s.versions) for s in samples]
     mixed = any(len(seg) > 1 or (len(seg) and seg[0, 1] != oldest) for seg in spans)
+    step, group_id = g.trained_as
     return Rollout(
         example_id=batch.example_ids[g.position],
-        group_id=g.group_id,
-        step=batch.step,
+        group_id=group_id,
+        step=step,
         prompt_ids=np.asarray(batch.prompts[g.position], dtype=np.int32),
         response_ids=[s.response_ids for s in samples],
         logprobs=[s.logprobs for s in samples],

@@ -75,6 +75,11 @@ def step_record(
         "weight_sync_bytes": int(m.metrics.get("weight_send_bytes", 0)),  # the trainers' payload
         "generator_wait_s": gen.get("gen_wait_s", 0.0),
         "generator_tail_wait_s": gen.get("gen_tail_wait_s", 0.0),  # of generation_s (BatchDone)
+        # partial rollouts (rollout.oversample): groups that carried over from an earlier step,
+        # and groups dropped as too stale, with their tokens
+        "carried_over_share": gen.get("carried_groups", 0) / max(gen.get("groups", 0), 1),
+        "dropped_groups": int(gen.get("dropped_groups", 0)),
+        "discarded_tokens": int(gen.get("discarded_tokens", 0)),
         "staleness_max": m.metrics.get("staleness_max"),
         "staleness_mean": m.metrics.get("staleness_mean"),
         "verifier_failures": int(scored.get("verifier_failures", 0)),

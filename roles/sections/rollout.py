@@ -36,3 +36,7 @@ class RolloutConfig(Section):
     # stream: load each new policy between decode steps while sequences are in flight (their
     # later tokens record the new version); false: between groups only, when the engine is empty
     inflight_updates: bool = True
+    # stream: partial rollouts (APRIL): keep this share of a step's groups more in flight than
+    # the open steps need; a step takes the first groups to finish, the rest carry over to the
+    # next step (dropped if their oldest token is then too stale). 0: each step's own groups.
+    oversample: float = Field(0.0, ge=0, le=4)

@@ -18,12 +18,18 @@ pytestmark = pytest.mark.timeout(900)
 STEPS = 12
 
 
-def _run(tmp_path, sft_model, staleness: int, seed: int) -> list[dict]:
+def _run(tmp_path, sft_model, staleness: int, seed: int, rollout: dict | None = None) -> list[dict]:
     sim = {"per_token_s": 0.0005, "lengths": {"kind": "lognormal", "mean": 8, "sigma": 1.0}}
     overrides = {
         "model": {"path": str(sft_model)},
         "world": {"generator": {"ranks": 2, "engine": "sim", "sim": sim, "max_seqs": 8}, "reward": 1, "trainer": 1},
-        "rollout": {"mode": "stream", "prompts_per_step": 8, "samples_per_prompt": 4, "max_new_tokens": 48},
+        "rollout": {
+            "mode": "stream",
+            "prompts_per_step": 8,
+            "samples_per_prompt": 4,
+            "max_new_tokens": 48,
+            **(rollout or {}),
+        },
         "algorithm": {"sim": {"per_token_s": 0.00004, "per_step_s": 0.0}},
         "run": {"steps": STEPS, "max_staleness": staleness, "seed": seed, "out": str(tmp_path), "progress": False},
     }
@@ -47,3 +53,13 @@ def test_no_token_is_older_than_the_staleness_bound(tmp_path, sft_model, stalene
             assert t["version_spread_max"] <= staleness
     if staleness > 0:
         assert any(m["trainer"]["mixed_version_samples"] > 0 for m in metrics), "no update landed in flight"
+
+
+@pytest.mark.slow
+def test_partial_rollouts_carry_slow_groups_over_within_the_bound(tmp_path, sft_model):
+    staleness = 2
+    metrics = _run(tmp_path, sft_model, staleness, seed=5, rollout={"oversample": 1.0})
+    assert [m["step"] for m in metrics] == list(range(STEPS))
+    assert all(m["staleness_max"] <= staleness for m in metrics)
+    assert any(m["carried_over_share"] > 0 for m in metrics), "no group carried over"
+    assert all(0 <= m["carried_over_share"] <= 1 for m in metrics)

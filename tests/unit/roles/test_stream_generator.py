@@ -16,7 +16,8 @@ from launch import config
 from roles.engines.base import Sample
 from roles.engines.requests import Finished, expand_segments
 from roles.generator import GeneratorActor
-from roles.protocol import EVAL_GREEDY, BatchDone, Credit, PromptBatch, Rollout, WeightsPushed
+from roles.protocol import EVAL_GREEDY, BatchDone, PromptBatch, Rollout, WeightsPushed
+from roles.stream_protocol import Credit
 from runtime import Envelope
 
 
