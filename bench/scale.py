@@ -1,6 +1,6 @@
 """The control plane as generator ranks grow: one JSON line per layout (generators x mode).
 
-    python bench/scale.py [--generators 1,2,4,8,16,32] [--modes sync,async] [--steps 12]
+    python bench/scale.py [--generators 1,2,4,8,16,32] [--modes sync,async] [--rollouts batch,stream] [--steps 12]
 
 Real generation on 32 ranks cannot run on 2 cores, but the control plane can when the work is
 modelled: the generators run the ``sim`` engine (``roles/engines/sim_engine.py``: it sleeps for
@@ -25,7 +25,8 @@ default; ``--lengths lognormal`` draws a long tail). Per layout:
   working (target < 0.10), ``controller_msgs_per_step`` and ``controller_msgs_per_s``;
 - ``tail_wait_share``: of the generators' time inside the engine, the share their rows spent
   finished, waiting for their batch's longest sample (``generator_tail_wait_s``: the gap that
-  partial rollouts and continuous batching close; large with ``--lengths lognormal``);
+  partial rollouts and continuous batching close; large with ``--lengths lognormal``; with
+  ``--rollouts stream``, slot time empty while nothing waited for a slot);
 - ``startup_s``: from starting mpirun until the last rank entered its loop, and ``shutdown_s``:
   from the controller's last step until mpirun exited; ``startup_by_role``: each phase's
   longest time among a role's ranks (the ``start.*`` spans of ``launch/main.py`` and
@@ -63,7 +64,7 @@ from launch.tools.trace import read_spans  # noqa: E402
 CONFIG = Path(__file__).resolve().parents[1] / "examples/arith/async.yaml"
 
 
-def layout(args, generators: int, mode: str, model_dir: Path, out: Path) -> dict:
+def layout(args, generators: int, mode: str, model_dir: Path, out: Path, rollout: str = "batch") -> dict:
     rows = args.prompts * args.samples
     per_row = args.gen_row_token_s
     sim = {
@@ -78,6 +79,7 @@ def layout(args, generators: int, mode: str, model_dir: Path, out: Path) -> dict
             "prompts_per_step": args.prompts,
             "samples_per_prompt": args.samples,
             "max_new_tokens": args.length * 8,
+            "mode": rollout,
         },
         "algorithm": {"sim": {"per_token_s": args.train_token_s, "per_step_s": 0.0}},
         **({} if args.weight_transport is None else {"weights": {"transport": args.weight_transport}}),
@@ -117,6 +119,7 @@ def layout(args, generators: int, mode: str, model_dir: Path, out: Path) -> dict
         "bench": "scale",
         "generators": generators,
         "mode": mode,
+        "rollout": rollout,
         "ranks": generators + 3,
         "steps": args.steps,
         "lengths": args.lengths,
@@ -187,6 +190,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--generators", default="1,2,4,8,16,32")
     ap.add_argument("--modes", default="sync,async")
+    ap.add_argument("--rollouts", default="batch", help="rollout.mode of each layout: batch, stream or both")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--prompts", type=int, default=64, help="prompts a step (divisible by every generator count)")
@@ -219,10 +223,10 @@ def main() -> None:
     # both, fitted, for the others: launch/tools/advise.py's fit_work)
     reference: dict[str, list[tuple[int, Path]]] = {}
     for g in (int(x) for x in args.generators.split(",") if x):
-        for mode in args.modes.split(","):
-            run_dir = out / f"g{g}-{mode}"
-            line = layout(args, g, mode, model_dir, run_dir)
-            refs = reference.setdefault(mode, [])
+        for mode, rollout in ((m, r) for m in args.modes.split(",") for r in args.rollouts.split(",")):
+            run_dir = out / f"g{g}-{mode}-{rollout}"
+            line = layout(args, g, mode, model_dir, run_dir, rollout)
+            refs = reference.setdefault((mode, rollout), [])
             if len(refs) < 2:
                 refs.append((g, run_dir))
             used = [r for r in refs if r[1] != run_dir] or refs  # those before it; the first: itself

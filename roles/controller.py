@@ -78,6 +78,7 @@ class Observers:
 
 class ControllerActor(CoordinatesCheckpoints, HandsOutPartialRollouts, ForwardsStopSignals, Actor):
     Config = ControllerConfig  # the role map's run: section
+    slots: SlotBook | None = None  # partial rollouts (rollout.oversample): set in __init__
 
     def __init__(
         self,
@@ -113,8 +114,7 @@ class ControllerActor(CoordinatesCheckpoints, HandsOutPartialRollouts, ForwardsS
         self.trainer_version = self.next_step_to_send = self.next_batch_id = 0
         self.batch_prompts = protocol.batch_prompts(rollout, routes.generators, batch_prompts)
         self.outgoing = Dispatch(mailbox, routes, streaming=rollout.mode == "stream")
-        self.slots: SlotBook | None = None  # partial rollouts: steps given to groups as they end
-        if rollout.oversample > 0:
+        if rollout.oversample > 0:  # partial rollouts: steps given to groups as they end
             self.slots = SlotBook(rollout.prompts_per_step, schedule.steps, rollout.oversample, schedule)
         self.notices = StepNotices()  # per step, merged into one metrics line per step
         self._steps_done: dict[int, tuple] = {}  # step -> (StepDone, when it came): waiting for notices
@@ -133,8 +133,7 @@ class ControllerActor(CoordinatesCheckpoints, HandsOutPartialRollouts, ForwardsS
         self._finish_after_save = False
         self._stop_reason = "finished"  # or PREEMPTED: the trainers checkpointed on a signal
         self._summary = None  # summary.json's figures, once written
-        self.liveness = observers.liveness
-        self._next_liveness_check = 0.0
+        self.liveness, self._next_liveness_check = observers.liveness, 0.0
         self._resumed = resume is not None
         if evaluation.enabled and not self.eval_prompts:
             raise ValueError("eval is set but there are no eval prompts (the task's eval split is empty)")
