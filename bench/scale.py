@@ -80,6 +80,7 @@ def layout(args, generators: int, mode: str, model_dir: Path, out: Path, rollout
             "samples_per_prompt": args.samples,
             "max_new_tokens": args.length * 8,
             "mode": rollout,
+            **({"oversample": args.oversample} if rollout == "stream" else {}),
         },
         "algorithm": {"sim": {"per_token_s": args.train_token_s, "per_step_s": 0.0}},
         **({} if args.weight_transport is None else {"weights": {"transport": args.weight_transport}}),
@@ -120,6 +121,7 @@ def layout(args, generators: int, mode: str, model_dir: Path, out: Path, rollout
         "generators": generators,
         "mode": mode,
         "rollout": rollout,
+        "oversample": args.oversample if rollout == "stream" else 0.0,
         "ranks": generators + 3,
         "steps": args.steps,
         "lengths": args.lengths,
@@ -191,6 +193,7 @@ def main() -> None:
     ap.add_argument("--generators", default="1,2,4,8,16,32")
     ap.add_argument("--modes", default="sync,async")
     ap.add_argument("--rollouts", default="batch", help="rollout.mode of each layout: batch, stream or both")
+    ap.add_argument("--oversample", type=float, default=0.0, help="rollout.oversample of the stream layouts")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--prompts", type=int, default=64, help="prompts a step (divisible by every generator count)")

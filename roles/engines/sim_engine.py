@@ -32,7 +32,7 @@ from roles.engines.base import Sample, SamplingConfig
 from roles.engines.requests import Finished, Request, check_request
 from roles.engines.sim_cost import SimConfig
 
-MAX_STEPS_AT_ONCE = 16  # decode steps one streaming ``step`` may model at once
+MAX_STEPS_AT_ONCE = 64  # decode steps one streaming ``step`` may model at once (weights land between)
 
 
 class SimEngine:
