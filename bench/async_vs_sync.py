@@ -1,6 +1,6 @@
 """Asynchronous vs synchronous RL, side by side in one invocation: one JSON line.
 
-The same task, model, batch and step count run in three modes, one after another, each on
+The same task, model, batch and step count run in five modes, one after another, each on
 the same number of compute ranks (plus the controller and a reward rank, which are
 mostly idle), with one torch thread per rank:
 
@@ -8,7 +8,10 @@ mostly idle), with one torch thread per rank:
   turns (the DeepSpeed-Chat-like baseline LlamaRL compares against);
 - ``sync``: disaggregated, 1 generator + 1 trainer, ``max_staleness: 0`` (the generator
   waits for each new policy: no overlap);
-- ``async``: the same ranks with ``max_staleness: 1`` (LlamaRL's one-step off-policy).
+- ``async``: the same ranks with ``max_staleness: 1`` (LlamaRL's one-step off-policy);
+- ``sync_stream`` and ``async_stream``: the last two with streamed rollouts
+  (``rollout.mode: stream``); ``*_stream_over_batch`` is their step time over the batch
+  generator's, which on this uniform-length workload must stay within 3%.
 
 From the disaggregated sync run it takes the generation time ``t_gen`` and the training
 time ``t_train`` of a step; overlapping the two can at best turn ``t_gen + t_train`` into
@@ -53,6 +56,10 @@ MODES = {
     "colocated_sync": {"world": {"generator": {"ranks": 0}, "trainer": 0, "colocated": 2}, "run": {"max_staleness": 0}},
     "sync": {"run": {"max_staleness": 0}},
     "async": {"run": {"max_staleness": 1}},
+    # the same two with streamed rollouts (rollout.mode: stream): on this uniform-length
+    # workload they must not be slower than the batch generator
+    "sync_stream": {"run": {"max_staleness": 0}, "rollout": {"mode": "stream"}},
+    "async_stream": {"run": {"max_staleness": 1}, "rollout": {"mode": "stream"}},
 }
 
 
@@ -112,6 +119,11 @@ def figures(runs: dict[str, list[dict]], warmup: int) -> dict[str, float]:
         "async_reward": final_reward(runs["async"]),
         "colocated_reward": final_reward(runs["colocated_sync"]),
         "async_staleness_mean": statistics.fmean(m["staleness_mean"] for m in runs["async"]),
+        "sync_stream_step_s": step["sync_stream"],
+        "async_stream_step_s": step["async_stream"],
+        "sync_stream_over_batch": step["sync_stream"] / step["sync"],
+        "async_stream_over_batch": step["async_stream"] / step["async"],
+        "async_stream_reward": final_reward(runs["async_stream"]),
     }
 
 

@@ -394,3 +394,45 @@ def test_a_path_too_long_to_look_at_is_refused_naming_its_field(base_config, dot
         text = error_of(mutate(base_config, "task", {"name": "gsm8k", "train_files": [long]}))
     assert dotted in text and "File name too long" in text, text
     assert len(text) < 1000, "the path is shortened in the message"
+
+
+# ----------------------------------------------------------------- streamed rollouts
+
+
+def test_streaming_needs_generator_ranks(base_config):
+    base_config["world"] = {"controller": 1, "generator": 0, "trainer": 0, "colocated": 2, "reward": 1}
+    base_config["run"]["max_staleness"] = 0
+    base_config["rollout"]["mode"] = "stream"
+    assert "rollout.mode: stream needs generator ranks" in error_of(base_config)
+
+
+@pytest.mark.parametrize("mode, staleness", [("batch", 1), ("stream", 0)])
+def test_oversampling_needs_streaming_and_room_to_carry_over(base_config, mode, staleness):
+    base_config["rollout"].update(mode=mode, oversample=0.5)
+    base_config["run"]["max_staleness"] = staleness
+    assert "rollout.oversample (0.5) carries unfinished groups over" in error_of(base_config)
+
+
+@pytest.mark.parametrize(
+    "dotted, value, named",
+    [
+        ("rollout.mode", "streaming", "rollout.mode"),
+        ("rollout.oversample", -0.1, "rollout.oversample"),
+        ("world.generator.max_seqs", 0, "world.generator.max_seqs"),
+        ("world.generator.inflight_kv", "drop", "world.generator.inflight_kv"),
+    ],
+)
+def test_bad_streaming_settings_are_named(base_config, dotted, value, named):
+    assert named in error_of(mutate(base_config, dotted, value))
+
+
+def test_a_streaming_role_map_parses(base_config):
+    base_config["rollout"].update(mode="stream", oversample=0.25, inflight_updates=False)
+    base_config["run"]["max_staleness"] = 2
+    base_config["world"]["generator"] = {"ranks": 1, "max_seqs": 32, "inflight_kv": "recompute"}
+    cfg = config.parse(base_config)
+    assert (cfg.rollout.mode, cfg.world.generator.max_seqs, cfg.world.generator.inflight_kv) == (
+        "stream",
+        32,
+        "recompute",
+    )
