@@ -7,7 +7,14 @@ The actors (one per rank, each an ``runtime.Actor`` whose ``Config`` is its role
 - ``reward``: ``RewardActor``, scores each group of responses;
 - ``trainer``: ``TrainerActor``, takes a policy-gradient step and pushes the new weights;
 - ``colocated``: ``ColocatedActor``, the synchronous baseline (generate, then train, in turns);
-- ``protocol``: the messages of a step, who sends them to whom, and the version rules.
+- ``protocol``: the messages of a step, who sends them to whom, and the version rules
+  (``seeds``: the sampling seeds of batches and groups).
+
+Streamed rollouts (``rollout.mode: stream``): ``stream_generator`` (the generator's streaming
+loop), ``dispatch`` (how the controller hands out prompts: round-robin, or to the generators'
+credit), ``partial_rollouts`` (``rollout.oversample``: steps given to groups as they end) and
+``stream_protocol`` (their messages). ``controller_checkpoints``: the controller's part in a
+checkpoint.
 
 The rooms:
 

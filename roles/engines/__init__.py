@@ -5,8 +5,12 @@ only it: vLLM is not imported by a torch run); each class builds itself from the
 ``from_config``. The role map's ``world.generator.engine`` accepts exactly these names
 (``EngineConfig``). Modules:
 
-- ``base``: the contract (``Engine``, ``Sample``, ``SamplingConfig``) and ``EngineConfig``;
-- ``torch_engine``: our KV-cache decode loop over a Hugging Face model (``quantization``: its int8);
+- ``base``: the batch contract (``Engine``, ``Sample``, ``SamplingConfig``) and ``EngineConfig``;
+- ``requests``: the request-level (streaming) contract every engine also meets: requests in at
+  any time, each sample out as it ends, weights loaded in flight, per-token versions;
+- ``torch_engine``: our KV-cache decode loop over a Hugging Face model (``quantization``: its
+  int8; ``kv_cache``: a batch's cache; ``torch_stream``: continuous batching over a slot
+  cache; ``sampling``: per-row sampling reproducible per sample);
 - ``vllm_engine``: an in-process ``vllm.LLM`` (``vllm_device``: what the device can run under it;
   ``vllm_stream``: its request-level side, ``requests``' streaming contract);
 - ``sim_engine``: a benchmark instrument that sleeps for the modelled time (``sim_cost``: that model).
