@@ -138,6 +138,9 @@ def rank_needs(cfg: RoleMap, longest_prompt: int = 1) -> list[Need]:
     if cfg.world.generator.engine == "torch" and shape.layers and shape.kv_width:
         batch_rows = min(TORCH_ENGINE_MAX_ROWS, cfg.generator_batch_prompts() * cfg.rollout.samples_per_prompt)
         tokens = longest_prompt + cfg.longest_response()
+        if cfg.rollout.mode == "stream":  # its slots; their window spans two responses at most
+            batch_rows = cfg.world.generator.max_seqs or batch_rows
+            tokens += cfg.longest_response()
         kv = batch_rows * tokens * shape.layers * 2 * shape.kv_width * gen_width
     if cfg.world.colocated_mode:  # the same rank generates and trains
         needs[0].parts.append(("KV cache", kv))
@@ -147,7 +150,7 @@ def rank_needs(cfg: RoleMap, longest_prompt: int = 1) -> list[Need]:
             Need(
                 "generator",
                 [("weights", (shape.params or 0) * gen_width), ("KV cache", kv)],
-                "rollout.max_new_tokens or task.max_prompt_tokens",
+                "rollout.max_new_tokens or task.max_prompt_tokens (streaming: world.generator.max_seqs)",
             )
         )
     return needs

@@ -112,6 +112,19 @@ def test_the_torch_engines_kv_cache_is_counted_for_the_generator(base_config, ll
         parse(base_config, rollout={"prompts_per_step": 64, "samples_per_prompt": 8, "max_new_tokens": 4000})
 
 
+def test_a_streaming_generators_kv_cache_is_its_slots_over_two_responses(base_config, llama_8b_like, monkeypatch):
+    monkeypatch.setattr(sizing, "machine_memory", lambda: 1 << 50)
+    cfg = parse(
+        base_config,
+        rollout={"prompts_per_step": 64, "samples_per_prompt": 8, "max_new_tokens": 4000, "mode": "stream"},
+        world={**base_config["world"], "generator": {"ranks": 1, "max_seqs": 96}},
+    )
+    (_, generator) = sizing.rank_needs(cfg, longest_prompt=1000)
+    per_token = 32 * 2 * 8 * 128 * 4
+    # rows join while older ones still run: a slot's window spans a prompt and two responses
+    assert dict(generator.parts)["KV cache"] == 96 * 9000 * per_token
+
+
 def test_the_data_step_checks_again_with_the_longest_prompt(base_config, llama_8b_like, monkeypatch):
     from launch.preflight.data import prepare_data
 
