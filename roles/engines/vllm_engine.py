@@ -114,10 +114,10 @@ class VllmEngine(VllmStreaming):
                 tensor_parallel=engine.tensor_parallel,
                 gpu_memory_utilization=engine.gpu_memory_utilization,
                 kv_cache_gib=engine.kv_cache_gib,
-                max_num_seqs=max(max_seqs, 1),
+                max_num_seqs=engine.max_seqs or max(max_seqs, 1),
                 compile=engine.compile,
                 seed=seed,
-                inflight_kv=getattr(engine, "inflight_kv", "keep"),
+                inflight_kv=engine.inflight_kv,
             )
         )
 
