@@ -75,10 +75,16 @@ def test_a_slow_user_verifier_is_cut_at_its_limit(tmp_path, sft_model):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed (make test installs it)")
-def test_the_vllm_engine_runs_the_same_job(tmp_path, sft_model):
-    """engine: vllm in place of torch: weights pushed into vLLM each step, same reward pipeline."""
+@pytest.mark.parametrize("mode", ["batch", "stream"])
+def test_the_vllm_engine_runs_the_same_job(tmp_path, sft_model, mode):
+    """engine: vllm in place of torch: weights pushed into vLLM each step, same reward pipeline
+    (streamed: through vLLM's request-level engine, weights loaded while requests run)."""
     metrics = run(
-        tmp_path, sft_model, world={"generator": {"ranks": 1, "engine": "vllm"}}, run={"steps": 4, "max_staleness": 1}
+        tmp_path,
+        sft_model,
+        world={"generator": {"ranks": 1, "engine": "vllm"}},
+        run={"steps": 4, "max_staleness": 1},
+        rollout={"mode": mode},
     )
     assert [m["policy_version"] for m in metrics] == [1, 2, 3, 4]
     assert all(0.0 <= m["reward_mean"] <= 1.0 for m in metrics)
