@@ -43,6 +43,10 @@ class SFTConfig:
     # The rate after the warm-up: "constant", or "cosine" down to a tenth of lr at the last
     # step (a short run of a small model ends at a lower loss when the rate decays).
     schedule: Literal["constant", "cosine"] = "constant"
+    # Each step's rows sorted by length and cut into this many micro-batches, each padded only
+    # to its own longest row; their gradients add up token-weighted, so the step is the same
+    # batch's, without padding every row to the longest. Pays off when lengths are long-tailed.
+    micro_batches: int = 1
 
 
 def sft_train(
@@ -91,11 +95,8 @@ def _train(model_dir, tokenizer, rows: Sequence[Row], out_dir, evaluate, cfg: SF
     loss = first_loss = torch.tensor(float("nan"))
     for step in range(cfg.steps):
         idx = torch.as_tensor(rng.integers(0, len(chosen), cfg.batch))
-        # No attention mask: padding only trails each row, where causal attention already keeps
-        # it from every real token, and its labels are -100; without a mask each step is cheaper.
-        loss = model(input_ids=ids[idx], labels=labels[idx]).loss
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = _backward(model, ids[idx], labels[idx], cfg.micro_batches)
         opt.step()
         sched.step()
         if step == 0:
@@ -120,6 +121,32 @@ def _train(model_dir, tokenizer, rows: Sequence[Row], out_dir, evaluate, cfg: SF
         "seconds": time.perf_counter() - t0,
         "out_dir": str(out),
     }
+
+
+def _backward(model, ids: torch.Tensor, labels: torch.Tensor, micro_batches: int) -> torch.Tensor:
+    """Back-propagate the batch's mean loss over its target tokens; return that loss (detached).
+
+    No attention mask: padding only trails each row, where causal attention already keeps it
+    from every real token, and its labels are -100; without a mask each step is cheaper.
+    """
+    if micro_batches <= 1:
+        loss = model(input_ids=ids, labels=labels).loss
+        loss.backward()
+        return loss.detach()
+    counted = (labels[:, 1:] != -100).sum(1)  # the targets HF's shifted loss averages over
+    total = counted.sum().clamp(min=1)
+    positions = torch.arange(1, labels.shape[1] + 1)
+    lengths = torch.where(labels != -100, positions, 0).amax(1)  # targets end each row
+    loss = torch.zeros(())
+    for part in torch.tensor_split(torch.argsort(lengths), micro_batches):
+        if len(part) == 0 or counted[part].sum() == 0:
+            continue
+        width = int(lengths[part].max())
+        part_loss = model(input_ids=ids[part, :width], labels=labels[part, :width]).loss
+        weight = counted[part].sum() / total
+        (part_loss * weight).backward()
+        loss += part_loss.detach() * weight
+    return loss
 
 
 def _lr_factor(cfg: SFTConfig) -> Callable[[int], float]:

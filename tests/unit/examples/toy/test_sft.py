@@ -65,3 +65,29 @@ def test_sft_pads_with_eos_when_the_tokenizer_has_no_pad_token(tmp_path, tok):
     base = build_tiny_llama_for_tokenizer(tmp_path / "base", tok, seed=0, **TINY_SIZE)
     report = sft_train(base, no_pad, rows, tmp_path / "sft", None, SFTConfig(fraction=1.0, steps=2, batch=2))
     assert report["pairs"] == 2 and np.isfinite(report["final_loss"])
+
+
+def test_micro_batches_by_length_give_the_full_batchs_gradient(tmp_path, tok):
+    """``micro_batches`` pads rows to their own kind of length, not to the batch's longest: the
+    token-weighted sum of the micro-batches' gradients is the whole batch's."""
+    from transformers import AutoModelForCausalLM
+
+    from examples.toy.sft import _backward, _pad_rows
+    from examples.toy.tiny_llama import build_tiny_llama_for_tokenizer
+
+    rng = np.random.default_rng(0)
+    rows = [
+        (rng.integers(3, 50, rng.integers(1, 4)).astype(np.int32), rng.integers(3, 50, n).astype(np.int32))
+        for n in (1, 2, 30, 3, 12, 1, 40)
+    ]
+    ids, _, labels = _pad_rows(rows, pad_id=0)
+    base = build_tiny_llama_for_tokenizer(tmp_path / "base", tok, seed=0, **TINY_SIZE)
+    model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+    grads, losses = [], []
+    for micro_batches in (1, 3):
+        model.zero_grad(set_to_none=True)
+        losses.append(float(_backward(model, ids, labels, micro_batches)))
+        grads.append([p.grad.clone() for p in model.parameters()])
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+    for whole, parts in zip(*grads):
+        torch.testing.assert_close(parts, whole, rtol=1e-4, atol=1e-6)
