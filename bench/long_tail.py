@@ -10,11 +10,13 @@ other rows are done: the tail-wait share this bench reports, and what the stream
 
 - ``batch``: today's generator (a batch in, a batch out);
 - ``stream``: requests streamed, groups released as they finish, weights swapped between batches;
-- ``stream_inflight``: and new weights loaded between decode steps, sequences kept in flight;
-- ``stream_partial``: and 50% more groups in flight, the unfinished ones carried to the next step.
+- ``stream_inflight``: and new weights loaded between decode steps, sequences kept in flight
+  (their KV kept: ``inflight_kv: keep``);
+- ``stream_recompute``: the same with the running sequences' KV recomputed on each update;
+- ``stream_partial``: ``stream_inflight`` with 50% more groups in flight, a step taking the
+  first to finish and the rest carried to the next step (or dropped, too stale).
 
-A configuration whose keys the role map refuses (a library without that mode) is reported as
-skipped, with the reason. The configurations run ``--repeats`` rounds, interleaved, each run
+The configurations run ``--repeats`` rounds, interleaved, each run
 in its own folder; a line holds each figure's median over the rounds and, under ``spread``,
 its (min, max). The figures, over the steps after ``--warmup`` (from ``metrics.jsonl``):
 
@@ -23,7 +25,8 @@ its (min, max). The figures, over the steps after ``--warmup`` (from ``metrics.j
 - ``generator_busy``, ``trainer_busy``: the generator's and the trainer's working share of that
   time (a streaming generator can gain only while the trainer has time to spare);
 - ``tail_wait_share``: ``generator_tail_wait_s / generation_s``, summed: the share of generation
-  time the batch's rows spent finished, waiting for its longest;
+  time the batch's rows spent finished, waiting for its longest (streaming: slots left empty
+  while nothing waited for one);
 - ``reward``: the mean training reward of the last ``--reward-steps`` steps.
 
     python bench/long_tail.py [--configs batch,stream,...] [--steps 20] [--repeats 3] [--engine torch]
@@ -44,22 +47,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from examples.long_tail import prepare as workload  # noqa: E402
 from launch import recipe  # noqa: E402
-from launch.config import ConfigError  # noqa: E402
 
 CONFIGS = {
     "batch": {"rollout": {"mode": "batch"}},
     "stream": {"rollout": {"mode": "stream", "inflight_updates": False}},
     "stream_inflight": {"rollout": {"mode": "stream", "inflight_updates": True}},
+    "stream_recompute": {
+        "rollout": {"mode": "stream", "inflight_updates": True},
+        "world": {"generator": {"inflight_kv": "recompute"}},
+    },
     "stream_partial": {"rollout": {"mode": "stream", "inflight_updates": True, "oversample": 0.5}},
 }
-# What a configuration is on a library that predates ``rollout.mode``: there, the batch
-# generator is the only one, so the base role map is it.
-PREDATES_MODES = {"batch": {}}
-CONFIG_ERROR_EXIT = 2  # what a rank exits with when the role map refuses a field
-
-
-class Skipped(Exception):
-    """A configuration the library refuses (a key it does not know): reported, not fatal."""
 
 
 def run_overrides(config: dict, model_dir: Path, run_dir: Path, steps: int, seed: int, engine: str) -> dict:
@@ -73,32 +71,11 @@ def run_overrides(config: dict, model_dir: Path, run_dir: Path, steps: int, seed
     return recipe.merge_overrides(base, json.loads(json.dumps(config)))
 
 
-def write_run_config(name: str, run_dir: Path, **run) -> tuple[Path, bool]:
-    """The run's role map and whether it is the pre-``rollout.mode`` stand-in; ``Skipped`` if refused."""
-    try:
-        own = run_overrides(CONFIGS[name], run_dir=run_dir, **run)
-        return recipe.write_config(workload.BASE_CONFIG, run_dir, own), False
-    except ConfigError as e:
-        if name not in PREDATES_MODES:
-            raise Skipped(str(e)) from None
-        refused = str(e)
-    try:
-        stand_in = run_overrides(PREDATES_MODES[name], run_dir=run_dir, **run)
-        return recipe.write_config(workload.BASE_CONFIG, run_dir, stand_in), True
-    except ConfigError:
-        raise Skipped(refused) from None
-
-
-def run_config(name: str, run_dir: Path, timeout_s: float, **run) -> tuple[list[dict], bool]:
-    """Run configuration ``name`` in ``run_dir``; its metrics lines and whether it ran as a stand-in."""
-    cfg, legacy = write_run_config(name, run_dir, **run)
-    try:
-        recipe.run_job(cfg, timeout_s=timeout_s, quiet=True)
-    except RuntimeError as e:
-        if f"exited with {CONFIG_ERROR_EXIT}" in str(e):
-            raise Skipped(str(e)[-2000:]) from None
-        raise
-    return recipe.read_metrics(run_dir), legacy
+def run_config(name: str, run_dir: Path, timeout_s: float, **run) -> list[dict]:
+    """Run configuration ``name`` in ``run_dir``; its metrics lines."""
+    cfg = recipe.write_config(workload.BASE_CONFIG, run_dir, run_overrides(CONFIGS[name], run_dir=run_dir, **run))
+    recipe.run_job(cfg, timeout_s=timeout_s, quiet=True)
+    return recipe.read_metrics(run_dir)
 
 
 def seconds_per_step(metrics: list[dict], warmup: int) -> float:
@@ -183,26 +160,16 @@ def main() -> None:
     samples_per_step = base["prompts_per_step"] * base["samples_per_prompt"]
     run = {"model_dir": out / "model", "steps": args.steps, "seed": args.seed, "engine": args.engine}
     rounds: dict[str, list[dict]] = {name: [] for name in args.configs}
-    skipped: dict[str, str] = {}
-    legacy: set[str] = set()
     # Interleaved (batch, stream, ..., batch, stream, ...): drift on a shared machine then hits
     # every configuration alike instead of whichever ran last.
     for r in range(args.repeats):
-        for name in [n for n in args.configs if n not in skipped]:
-            try:
-                metrics, stand_in = run_config(name, out / args.engine / f"round-{r}" / name, args.timeout, **run)
-            except Skipped as e:
-                skipped[name] = str(e)
-                continue
-            legacy.update([name] if stand_in else [])
+        for name in args.configs:
+            metrics = run_config(name, out / args.engine / f"round-{r}" / name, args.timeout, **run)
             rounds[name].append(figures(metrics, samples_per_step, args.warmup, args.reward_steps))
     about = {"engine": args.engine, "steps": args.steps, "warmup": args.warmup, "samples_per_step": samples_per_step}
     for name in args.configs:
-        if name in skipped:
-            line = {"bench": "long_tail", "config": name, **about, "skipped": skipped[name]}
-        else:
-            line = summary_line(name, rounds[name], **about)
-            line["overrides"] = CONFIGS[name] if name not in legacy else PREDATES_MODES[name]
+        line = summary_line(name, rounds[name], **about)
+        line["overrides"] = CONFIGS[name]
         print(json.dumps(line), flush=True)
     print(json.dumps({"bench": "long_tail", "workload": prepared.get("sampled")}), file=sys.stderr, flush=True)
 

@@ -89,30 +89,18 @@ def model_dir(tmp_path):
     return tmp_path / "model"
 
 
-def test_a_configuration_the_role_map_refuses_is_skipped_with_the_reason(tmp_path, model_dir, monkeypatch):
-    monkeypatch.setitem(bench.CONFIGS, "stream", {"rollout": {"no_such_option": True}})
-    run = {"model_dir": model_dir, "steps": 5, "seed": 0, "engine": "torch"}
-    with pytest.raises(bench.Skipped, match="no_such_option"):
-        bench.write_run_config("stream", tmp_path / "stream", **run)
-
-
-def test_batch_runs_as_the_base_role_map_where_the_library_has_no_rollout_mode(tmp_path, model_dir, monkeypatch):
+@pytest.mark.parametrize("name", sorted(bench.CONFIGS))
+def test_every_configuration_is_a_valid_role_map_over_the_workload(tmp_path, model_dir, name):
     import yaml
 
-    monkeypatch.setitem(bench.CONFIGS, "batch", {"rollout": {"no_such_mode": "batch"}})
+    from launch import preflight
+
     run = {"model_dir": model_dir, "steps": 5, "seed": 0, "engine": "torch"}
-    path, stand_in = bench.write_run_config("batch", tmp_path / "batch", **run)
+    overrides = bench.run_overrides(bench.CONFIGS[name], run_dir=tmp_path / name, **run)
+    path = bench.recipe.write_config(bench.workload.BASE_CONFIG, tmp_path / name, overrides)
+    cfg = preflight.load(path)
     written = yaml.safe_load(path.read_text())
-    assert stand_in and "no_such_mode" not in written["rollout"]
-    assert written["run"]["out"] == str(tmp_path / "batch") and written["run"]["max_staleness"] == 1
+    assert cfg.rollout.mode == bench.CONFIGS[name]["rollout"]["mode"]
+    assert written["run"]["out"] == str(tmp_path / name) and written["run"]["max_staleness"] == 1
     assert written["model"]["path"] == str(model_dir / "sft")
     assert written["task"]["train_files"] == [str(model_dir / "prompts.jsonl")]
-
-
-def test_batch_keeps_its_own_overrides_where_the_library_takes_them(tmp_path, model_dir, monkeypatch):
-    import yaml
-
-    monkeypatch.setitem(bench.CONFIGS, "batch", {"rollout": {"temperature": 0.5}})
-    run = {"model_dir": model_dir, "steps": 5, "seed": 0, "engine": "torch"}
-    path, stand_in = bench.write_run_config("batch", tmp_path / "batch", **run)
-    assert not stand_in and yaml.safe_load(path.read_text())["rollout"]["temperature"] == 0.5
