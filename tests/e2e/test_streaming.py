@@ -63,3 +63,22 @@ def test_partial_rollouts_carry_slow_groups_over_within_the_bound(tmp_path, sft_
     assert all(m["staleness_max"] <= staleness for m in metrics)
     assert any(m["carried_over_share"] > 0 for m in metrics), "no group carried over"
     assert all(0 <= m["carried_over_share"] <= 1 for m in metrics)
+
+
+@pytest.mark.slow
+def test_two_streaming_generators_feed_two_sharded_trainers(tmp_path, sft_model):
+    """The real model on 6 ranks: groups pulled by two generators by credit, released as they
+    end, each trainer's share of every step filled from both; partial rollouts on top."""
+    from support.paths import REPO
+
+    overrides = {
+        "model": {"path": str(sft_model)},
+        "world": {"generator": 2, "trainer": 2},
+        "rollout": {"mode": "stream", "oversample": 0.5},
+        "run": {"steps": 6, "max_staleness": 2, "out": str(tmp_path), "progress": False},
+    }
+    cfg = recipe.write_config(REPO / "examples/arith/async.yaml", tmp_path, overrides)
+    recipe.run_job(cfg, timeout_s=JOB_TIMEOUT_S, quiet=True)
+    metrics = recipe.read_metrics(tmp_path)
+    assert [m["policy_version"] for m in metrics] == list(range(1, 7))
+    assert all(m["trainer"]["samples"] == 16 * 8 and m["staleness_max"] <= 2 for m in metrics)
