@@ -11,8 +11,6 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from roles.engines.base import SamplingConfig
-
 _M64 = np.uint64(0xFFFFFFFFFFFFFFFF)
 
 
@@ -33,26 +31,28 @@ def counter_uniform(seeds, counters) -> np.ndarray:
 
 
 def pick_rows(
-    logits: torch.Tensor, sampling: list[SamplingConfig], seeds: list[int], counters: list[int]
+    logits: torch.Tensor, temperature: np.ndarray, top_p: np.ndarray, seeds: np.ndarray, counters: np.ndarray
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row, and its log-prob under the distribution it was drawn from
-    (temperature and top-p applied; greedy rows: the unscaled softmax's, as the batch loop)."""
+    (temperature and top-p applied; greedy rows, temperature 0: the unscaled softmax's, as the
+    batch loop). The settings, seeds and counters are per row."""
     dev = logits.device
     logits = logits.float()
-    temps = torch.tensor([s.temperature for s in sampling], dtype=torch.float32, device=dev)
+    temps = torch.from_numpy(np.asarray(temperature, np.float32)).to(dev)
     greedy = temps == 0
     logp = torch.log_softmax(logits / torch.where(greedy, 1.0, temps)[:, None], dim=-1)
-    top_p = torch.tensor([s.top_p if s.temperature > 0 else 1.0 for s in sampling], dtype=torch.float32, device=dev)
-    if bool((top_p < 1).any()):
-        logp = _nucleus(logp, top_p)
+    nucleus = np.where(np.asarray(temperature) > 0, np.asarray(top_p, np.float32), 1.0).astype(np.float32)
+    if (nucleus < 1).any():
+        logp = _nucleus(logp, torch.from_numpy(nucleus).to(dev))
     probs = logp.exp()
     cdf = probs.cumsum(dim=-1)
-    u = torch.as_tensor(counter_uniform(seeds, counters), dtype=torch.float32, device=dev)
+    u = torch.from_numpy(counter_uniform(seeds, counters).astype(np.float32)).to(dev)
     tok = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(1).clamp(max=cdf.shape[1] - 1)
     # float rounding at the very top of the CDF can land on a token of probability 0: take the
     # most likely one there (a draw of u within 2**-24 of 1)
-    tok = torch.where(probs.gather(-1, tok[:, None]).squeeze(1) > 0, tok, logp.argmax(-1))
-    tok = torch.where(greedy, logp.argmax(-1), tok)
+    best = logp.argmax(-1)
+    tok = torch.where(probs.gather(-1, tok[:, None]).squeeze(1) > 0, tok, best)
+    tok = torch.where(greedy, best, tok)
     return tok, logp.gather(-1, tok[:, None]).squeeze(1)
 
 

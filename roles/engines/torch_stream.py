@@ -1,16 +1,18 @@
 """Continuous batching for the torch engine: sequences join and leave between decode steps.
 
-The KV cache is one buffer per layer of ``slots`` rows and a window of columns. Every live
-row writes its next key at the same column ``T`` (so a decode step is one batched forward,
-as in the batch loop), and a row's tokens sit right-aligned before it: a sequence joining
-with ``p`` tokens of prompt is prefilled on its own (all of a request's samples share that one
-prefill) and copied into columns ``T - p .. T``. The attention mask hides each row's columns
-before its start. When the window is full it is shifted left past the columns no live row
-uses; rows that freed their slots are moved down so a step decodes only ``rows`` rows.
+Each sequence holds a slot: a row of the KV cache (``roles.engines.slot_cache``) and of the
+per-slot state below. A sequence joining with ``p`` tokens of prompt is prefilled on its own
+(all of a request's samples share that one prefill) and copied into its row, right-aligned at
+the column every live row writes next; a decode step is then one batched forward over the
+rows up to the highest live one. Rows that freed their slots are moved down when half the
+decoded rows are free.
 
-Sampling draws each token by inverse CDF from a uniform that is a hash of (the sample's seed,
-the token's index) (:func:`counter_uniform`): what a sample draws does not depend on its
-slot, its neighbours or when it joined.
+The per-slot state lives in arrays, and the tokens and log-probs a slot samples in buffers, so
+that a decode step costs a few vector operations besides the forward, whatever the number of
+rows (a Python loop per row per token was a fifth of a small model's step). Sampling draws
+each token by inverse CDF from a uniform that is a hash of (the sample's seed, the token's
+index) (``roles.engines.sampling``): what a sample draws does not depend on its slot, its
+neighbours or when it joined.
 """
 
 from __future__ import annotations
@@ -20,65 +22,86 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-from transformers.cache_utils import Cache, DynamicLayer
+from transformers.cache_utils import Cache
 
 from roles.engines.base import Sample
 from roles.engines.kv_cache import preallocated_cache
 from roles.engines.requests import Finished, Request, check_request, sample_seed
+from roles.engines.sampling import pick_rows
+from roles.engines.slot_cache import SlotKV
 from runtime.loop_clock import LOOP
 
 
 @dataclass
 class _Seq:
-    """One sample being generated: where it sits and what it has sampled."""
+    """What a slot's sample is, beside its arrays: its request and its version segments."""
 
     tag: int
     index: int
     request: Request
-    seed: int
     prompt: np.ndarray
-    start: int = 0  # its first column in the window
-    fed: int = 0  # tokens in its KV (prompt + generated ones fed back)
-    pending: int = -1  # the sampled token not yet fed (its KV is computed by the next step)
-    tokens: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    versions: list[int] = field(default_factory=list)
+    versions: list[tuple[int, int]] = field(default_factory=list)  # (first token, version)
 
-    def sample(self, reason: str) -> Sample:
-        return Sample(
-            response_ids=np.asarray(self.tokens, np.int32),
-            logprobs=np.asarray(self.logprobs, np.float32),
-            finish_reason=reason,
-            versions=np.asarray(self.versions, np.int32),
-        )
+
+class _SlotState:
+    """Per slot: where its row starts, what it has fed and sampled, how it samples."""
+
+    def __init__(self, capacity: int):
+        self.alive = np.zeros(capacity, bool)
+        self.start = np.zeros(capacity, np.int64)  # its first column in the window
+        self.fed = np.zeros(capacity, np.int64)  # tokens in its KV (prompt + fed-back samples)
+        self.sampled = np.zeros(capacity, np.int64)  # tokens sampled
+        self.pending = np.zeros(capacity, np.int64)  # the sampled token not yet fed
+        self.max_new = np.zeros(capacity, np.int64)
+        self.seed = np.zeros(capacity, np.uint64)
+        self.temperature = np.zeros(capacity, np.float32)
+        self.top_p = np.ones(capacity, np.float32)
+        self.tokens = torch.zeros((capacity, 0), dtype=torch.int32)  # what each slot sampled
+        self.logprobs = torch.zeros((capacity, 0), dtype=torch.float32)
+
+    ARRAYS = ("alive", "start", "fed", "sampled", "pending", "max_new", "seed", "temperature", "top_p")
+
+    def widen(self, columns: int) -> None:
+        """Room for ``columns`` sampled tokens a slot."""
+        if columns > self.tokens.shape[1]:
+            grow = columns - self.tokens.shape[1]
+            self.tokens = torch.cat([self.tokens, self.tokens.new_zeros((len(self.alive), grow))], 1)
+            self.logprobs = torch.cat([self.logprobs, self.logprobs.new_zeros((len(self.alive), grow))], 1)
+
+    def move(self, src: int, dst: int) -> None:
+        for name in self.ARRAYS:
+            getattr(self, name)[dst] = getattr(self, name)[src]
+        self.tokens[dst], self.logprobs[dst] = self.tokens[src], self.logprobs[src]
+        self.alive[src] = False
 
 
 class ContinuousBatcher:
     """The streaming half of ``TorchEngine`` (``roles.engines.requests.StreamingEngine``)."""
 
     def __init__(self, engine, capacity: int, inflight_kv: str = "keep", seed: int = 0):
-        self.engine = engine  # model, device, eos_ids, pad_id
+        self.engine = engine  # model, device, eos_ids, pad_id, version
         self.capacity = capacity
         self.inflight_kv = inflight_kv
         self.waiting: collections.deque[tuple[Request, int]] = collections.deque()  # (request, sample index)
-        self.slots: list[_Seq | None] = [None] * capacity
-        self.kv: _SlotKV | None = None
+        self.seqs: list[_Seq | None] = [None] * capacity
+        self.state = _SlotState(capacity)
+        self.kv: SlotKV | None = None
         self.T = 0  # the column every live row writes next
         self._rng = np.random.default_rng(seed)  # seeds of unseeded requests
+        self._eos = None
 
     # -------------------------------------------------------------- requests
 
     def add(self, request: Request) -> None:
         check_request(request)
-        for j in range(request.n):
-            self.waiting.append((request, j))
+        self.waiting.extend((request, j) for j in range(request.n))
 
     def abort(self, tag: int) -> int:
         dropped = sum(1 for r, _ in self.waiting if r.tag == tag)
         self.waiting = collections.deque((r, j) for r, j in self.waiting if r.tag != tag)
-        for i, seq in enumerate(self.slots):
+        for row, seq in enumerate(self.seqs):
             if seq is not None and seq.tag == tag:
-                self.slots[i] = None
+                self._free(row)
                 dropped += 1
         return dropped
 
@@ -86,7 +109,7 @@ class ContinuousBatcher:
         return len(self.waiting) + self.live()
 
     def live(self) -> int:
-        return sum(s is not None for s in self.slots)
+        return int(self.state.alive.sum())
 
     @torch.inference_mode()
     def step(self) -> list[Finished]:
@@ -98,22 +121,24 @@ class ContinuousBatcher:
 
     @torch.inference_mode()
     def weights_changed(self) -> None:
-        """New weights are in the model: with ``recompute``, rebuild the live rows' KV from them."""
-        if self.inflight_kv == "recompute" and self.live():
-            rows = [i for i, s in enumerate(self.slots) if s is not None]
-            seqs = [self.slots[i] for i in rows]
-            tmp = self._prefill(
-                [np.concatenate([s.prompt, np.asarray(s.tokens[: s.fed - len(s.prompt)], np.int32)]) for s in seqs]
-            )[1]
-            self.kv.copy_in(tmp, list(range(len(rows))), rows, self.T)
+        """New weights (``engine.version``) are in the model: later tokens record the version;
+        with ``recompute``, the live rows' KV is rebuilt from the new weights."""
+        rows = np.flatnonzero(self.state.alive)
+        for row in rows:
+            self.seqs[row].versions.append((int(self.state.sampled[row]), self.engine.version))
+        if self.inflight_kv == "recompute" and len(rows):
+            st = self.state
+            fed_samples = [int(st.fed[r]) - len(self.seqs[r].prompt) for r in rows]
+            sequences = [
+                np.concatenate([self.seqs[r].prompt, st.tokens[r, :n].numpy()]) for r, n in zip(rows, fed_samples)
+            ]
+            self.kv.copy_in(self._prefill(sequences)[1], list(range(len(rows))), rows.tolist(), self.T)
 
     # -------------------------------------------------------------- admission
 
     def _admit(self) -> list[Finished]:
-        free = [i for i, s in enumerate(self.slots) if s is None]
-        batch: list[tuple[Request, int]] = []
-        while self.waiting and len(batch) < len(free):
-            batch.append(self.waiting.popleft())
+        free = np.flatnonzero(~self.state.alive)
+        batch = [self.waiting.popleft() for _ in range(min(len(free), len(self.waiting)))]
         if not batch:
             return []
         # One prefill per distinct request: its samples share the prompt's KV.
@@ -121,19 +146,19 @@ class ContinuousBatcher:
         which = {id(r): i for i, r in enumerate(requests)}
         prompts = [np.asarray(r.prompt_ids, np.int32) for r in requests]
         logits, tmp = self._prefill(prompts)
-        width = max(len(p) for p in prompts)
-        longest_left = max(r.sampling.max_new_tokens for r in requests)
-        self._make_room(width, longest_left)
+        self._make_room(max(len(p) for p in prompts), max(r.sampling.max_new_tokens for r in requests))
         rows, src = free[: len(batch)], [which[id(r)] for r, _ in batch]
-        self.kv.copy_in(tmp, src, rows, self.T)
-        seqs = []
+        self.kv.copy_in(tmp, src, rows.tolist(), self.T)
+        st = self.state
+        st.widen(max(r.sampling.max_new_tokens for r in requests))
         for row, (r, j) in zip(rows, batch):
-            seed = sample_seed(r.sampling.seed, j) if r.sampling.seed is not None else int(self._rng.integers(2**62))
+            s = r.sampling
             p = len(r.prompt_ids)
-            seq = _Seq(r.tag, j, r, seed, np.asarray(r.prompt_ids, np.int32), start=self.T - p, fed=p)
-            self.slots[row] = seq
-            seqs.append(seq)
-        return self._sample_into(rows, seqs, logits[src])
+            self.seqs[row] = _Seq(r.tag, j, r, prompts[which[id(r)]], [(0, self.engine.version)])
+            st.alive[row], st.start[row], st.fed[row], st.sampled[row] = True, self.T - p, p, 0
+            st.max_new[row], st.temperature[row], st.top_p[row] = s.max_new_tokens, s.temperature, s.top_p
+            st.seed[row] = sample_seed(s.seed, j) if s.seed is not None else int(self._rng.integers(2**62))
+        return self._sample_into(rows, logits[src])
 
     def _prefill(self, sequences: list[np.ndarray]) -> tuple[torch.Tensor, Cache]:
         """The sequences' last logits and their KV, left-padded in a cache of their own."""
@@ -158,12 +183,13 @@ class ContinuousBatcher:
         rows = self._rows()
         if self.T + 1 > self.kv.columns:
             self._make_room(0, 1)
-        seqs = self.slots[:rows]
-        dev = self.engine.device
-        starts = torch.tensor([s.start if s else self.T for s in seqs], device=dev)
+        st, dev = self.state, self.engine.device
+        alive = st.alive[:rows]
+        # Free rows below the highest live one attend to their own column only (no NaN rows).
+        starts = torch.from_numpy(np.where(alive, st.start[:rows], self.T)).to(dev)
         mask = (torch.arange(self.T + 1, device=dev)[None, :] >= starts[:, None]).long()
-        tok = torch.tensor([s.pending if s else self.engine.pad_id for s in seqs], device=dev)
-        pos = torch.tensor([s.fed if s else 0 for s in seqs], device=dev)
+        tok = torch.from_numpy(np.where(alive, st.pending[:rows], self.engine.pad_id)).to(dev)
+        pos = torch.from_numpy(np.where(alive, st.fed[:rows], 0)).to(dev)
         self.kv.at(self.T, rows)
         logits = self.engine.model(
             input_ids=tok[:, None],
@@ -173,154 +199,75 @@ class ContinuousBatcher:
             use_cache=True,
         ).logits[:, -1]
         self.T += 1
-        live = [i for i in range(rows) if seqs[i] is not None]
-        for i in live:
-            seqs[i].fed += 1
-        return self._sample_into(live, [seqs[i] for i in live], logits[live])
+        live = np.flatnonzero(alive)
+        st.fed[live] += 1
+        return self._sample_into(live, logits[torch.from_numpy(live).to(dev)])
 
-    def _sample_into(self, rows: list[int], seqs: list[_Seq], logits: torch.Tensor) -> list[Finished]:
+    def _sample_into(self, rows: np.ndarray, logits: torch.Tensor) -> list[Finished]:
         """Sample each row's next token; record it; free and return the rows that ended."""
-        from roles.engines.sampling import pick_rows
-
-        tok, lp = pick_rows(
-            logits, [s.request.sampling for s in seqs], [s.seed for s in seqs], [len(s.tokens) for s in seqs]
-        )
-        eos = set(self.engine.eos_ids.tolist())
-        version = self.engine.version
+        st = self.state
+        tok, lp = pick_rows(logits, st.temperature[rows], st.top_p[rows], st.seed[rows], st.sampled[rows])
+        tok, lp = tok.cpu(), lp.cpu()
+        index = torch.from_numpy(rows)
+        st.tokens[index, torch.from_numpy(st.sampled[rows])] = tok.to(torch.int32)
+        st.logprobs[index, torch.from_numpy(st.sampled[rows])] = lp
+        tok_np = tok.numpy()
+        st.pending[rows] = tok_np
+        st.sampled[rows] += 1
+        if self._eos is None:
+            self._eos = self.engine.eos_ids.cpu().numpy()
+        stopped = np.isin(tok_np, self._eos)
+        ended = stopped | (st.sampled[rows] >= st.max_new[rows])
         finished = []
-        for row, seq, t, logp in zip(rows, seqs, tok.tolist(), lp.tolist()):
-            seq.tokens.append(t)
-            seq.logprobs.append(logp)
-            seq.versions.append(version)
-            seq.pending = t
-            reason = (
-                "stop" if t in eos else "length" if len(seq.tokens) >= seq.request.sampling.max_new_tokens else None
+        for row, stop in zip(rows[ended], stopped[ended]):
+            seq, n = self.seqs[row], int(st.sampled[row])
+            versions = np.empty(n, np.int32)
+            for first, version in seq.versions:
+                versions[first:] = version
+            sample = Sample(
+                st.tokens[row, :n].numpy().copy(),
+                st.logprobs[row, :n].numpy().copy(),
+                "stop" if stop else "length",
+                versions,
             )
-            if reason is not None:
-                self.slots[row] = None
-                finished.append(Finished(seq.tag, seq.index, seq.sample(reason)))
+            finished.append(Finished(seq.tag, seq.index, sample))
+            self._free(row)
         return finished
+
+    def _free(self, row: int) -> None:
+        self.seqs[row] = None
+        self.state.alive[row] = False
 
     # -------------------------------------------------------------- the KV window
 
     def _rows(self) -> int:
         """Rows a decode step runs: up to the highest live slot."""
-        return max((i for i, s in enumerate(self.slots) if s is not None), default=-1) + 1
+        live = np.flatnonzero(self.state.alive)
+        return int(live[-1]) + 1 if len(live) else 0
 
     def _compact_rows(self) -> None:
         """Move live rows into the lowest slots when half the decoded rows are free."""
         rows, live = self._rows(), self.live()
         if live == 0 or rows <= max(8, 2 * live):
             return
-        for dst in range(live):
-            if self.slots[dst] is not None:
-                continue
+        for dst in np.flatnonzero(~self.state.alive[:live]):
             src = self._rows() - 1
-            self.kv.move_row(src, dst, self.T)
-            self.slots[dst], self.slots[src] = self.slots[src], None
+            self.kv.move_row(src, int(dst), self.T)
+            self.state.move(src, int(dst))
+            self.seqs[dst], self.seqs[src] = self.seqs[src], None
 
     def _make_room(self, left: int, right: int) -> None:
         """Columns so that ``left`` fit before ``T`` and every live row, and ``right`` more
         after it, can still be written: shift the window left past unused columns, or right,
         and grow it when that is not enough."""
-        live = [s for s in self.slots if s is not None]
-        need_right = max([right] + [s.request.sampling.max_new_tokens - len(s.tokens) + 1 for s in live])
-        shift = min([self.T - left] + [s.start for s in live])  # the leftmost column still needed
+        st = self.state
+        live = np.flatnonzero(st.alive)
+        need_right = max([right] + (st.max_new[live] - st.sampled[live] + 1).tolist())
+        shift = min([self.T - left] + st.start[live].tolist())  # the leftmost column still needed
         if self.kv is None:
-            self.kv = _SlotKV(self.engine.model.config, self.capacity)
+            self.kv = SlotKV(self.engine.model.config, self.capacity)
         self.kv.shift(shift, self.T, self._rows())
-        for s in live:
-            s.start -= shift
+        st.start[live] -= shift
         self.T -= shift
         if self.T + need_right > self.kv.columns:
             self.kv.grow(max(self.T + need_right, int(self.kv.columns * 1.5)))
-
-
-class _SlotKV:
-    """Per layer, keys and values of ``slots`` rows over a window of columns (lazily sized)."""
-
-    def __init__(self, config, slots: int):
-        self.slots = slots
-        self.columns = 0
-        n_layers = config.get_text_config(decoder=True).num_hidden_layers
-        self.layers = [_SlotLayer() for _ in range(n_layers)]
-        self.cache = Cache(layers=self.layers)
-
-    def at(self, column: int, rows: int) -> None:
-        for layer in self.layers:
-            layer.column, layer.rows = column, rows
-
-    def copy_in(self, tmp: Cache, src_rows: list[int], dst_rows: list[int], end: int) -> None:
-        """Copy each ``src_rows`` row of a prefill cache into ``dst_rows``, right-aligned at ``end``."""
-        src = torch.as_tensor(src_rows, dtype=torch.long, device=tmp.layers[0].keys.device)
-        dst = torch.as_tensor(dst_rows, dtype=torch.long, device=src.device)
-        for layer, t in zip(self.layers, tmp.layers):
-            width = t.keys.shape[2]
-            if layer.k is None:
-                layer.allocate(t.keys, t.values, self.slots, max(self.columns, end))
-            layer.k[dst, :, end - width : end] = t.keys[src]
-            layer.v[dst, :, end - width : end] = t.values[src]
-        self.columns = self.layers[0].k.shape[2]
-
-    def shift(self, by: int, end: int, rows: int) -> None:
-        """Move columns ``by`` to the left (right if negative) for the first ``rows`` rows."""
-        if by == 0 or self.layers[0].k is None or rows == 0:
-            return
-        if by < 0 and end - by > self.columns:
-            self.grow(end - by)
-        for layer in self.layers:
-            for buf in (layer.k, layer.v):
-                if by > 0:
-                    buf[:rows, :, : end - by] = buf[:rows, :, by:end].clone()
-                else:
-                    buf[:rows, :, -by : end - by] = buf[:rows, :, :end].clone()
-
-    def move_row(self, src: int, dst: int, end: int) -> None:
-        for layer in self.layers:
-            layer.k[dst, :, :end] = layer.k[src, :, :end]
-            layer.v[dst, :, :end] = layer.v[src, :, :end]
-
-    def grow(self, columns: int) -> None:
-        if self.layers[0].k is None:
-            self.columns = max(self.columns, columns)
-            return
-        for layer in self.layers:
-            layer.k, layer.v = _wider(layer.k, columns), _wider(layer.v, columns)
-        self.columns = columns
-
-
-def _wider(buf: torch.Tensor, columns: int) -> torch.Tensor:
-    out = buf.new_zeros((*buf.shape[:2], columns, buf.shape[3]))
-    out[:, :, : buf.shape[2]] = buf
-    return out
-
-
-class _SlotLayer(DynamicLayer):
-    """A cache layer over ``_SlotKV``'s buffers: a decode step writes column ``column`` of the
-    first ``rows`` rows and attends over columns ``0..column`` (the mask hides the rest)."""
-
-    def __init__(self):
-        super().__init__()
-        self.k = self.v = None
-        self.column = self.rows = 0
-
-    def allocate(self, keys: torch.Tensor, values: torch.Tensor, slots: int, columns: int) -> None:
-        self.k = keys.new_zeros((slots, keys.shape[1], columns, keys.shape[3]))
-        self.v = values.new_zeros((slots, values.shape[1], columns, values.shape[3]))
-        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
-
-    def update(self, key_states, value_states, *args, **kwargs):
-        c, r, q = self.column, self.rows, key_states.shape[-2]
-        self.k[:r, :, c : c + q] = key_states
-        self.v[:r, :, c : c + q] = value_states
-        self.keys, self.values = self.k[:r, :, : c + q], self.v[:r, :, : c + q]
-        return self.keys, self.values
-
-    def get_seq_length(self) -> int:
-        return self.column
-
-    def crop(self, tokens_to_remove: int) -> None:
-        raise NotImplementedError("the slot cache never crops")
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        raise NotImplementedError("the slot cache moves rows itself")

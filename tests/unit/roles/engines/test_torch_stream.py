@@ -160,3 +160,21 @@ def test_bad_requests_are_named_before_anything_is_queued(model_dirs):
     with pytest.raises(ValueError, match="n >= 1"):
         engine.add(Request(0, _prompts([3])[0], 0, SamplingConfig()))
     assert engine.unfinished() == 0
+
+
+def test_rows_moved_down_and_windows_shifted_keep_every_log_prob_exact(model_dirs, monkeypatch):
+    from roles.engines import slot_cache
+
+    moves = []
+    move_row = slot_cache.SlotKV.move_row
+    monkeypatch.setattr(slot_cache.SlotKV, "move_row", lambda self, *a: (moves.append(a), move_row(self, *a))[1])
+    engine = TorchEngine(model_dirs[0], capacity=16)
+    hf = _hf(model_dirs[0])
+    rng = np.random.default_rng(1)
+    prompts = _prompts(rng.integers(2, 15, 30).tolist(), seed=7)
+    for i, p in enumerate(prompts):
+        engine.add(Request(i, p, 2, SamplingConfig(max_new_tokens=int(rng.integers(3, 60)), seed=i)))
+    done = _drain(engine)
+    assert len(done) == 60 and moves, "no row was moved down"
+    for f in done:
+        np.testing.assert_allclose(f.sample.logprobs, _reference_logprobs(hf, prompts[f.tag], f.sample), atol=1e-5)
