@@ -18,6 +18,7 @@ neighbours or when it joined.
 from __future__ import annotations
 
 import collections
+import itertools
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -136,9 +137,22 @@ class ContinuousBatcher:
 
     # -------------------------------------------------------------- admission
 
+    def _take_waiting(self, room: int) -> list[tuple[Request, int]]:
+        """Waiting samples to admit into ``room`` free slots, in order, a request's together:
+        one prefill serves them all and the group ends (and is released) sooner. A request
+        that does not fit waits for room, unless nothing runs (then it is split)."""
+        batch: list[tuple[Request, int]] = []
+        while self.waiting and len(batch) < room:
+            request = self.waiting[0][0]
+            left = sum(1 for r, _ in itertools.islice(self.waiting, 0, request.n) if r is request)
+            if left > room - len(batch) and (batch or self.live()):
+                break
+            batch += [self.waiting.popleft() for _ in range(min(left, room - len(batch)))]
+        return batch
+
     def _admit(self) -> list[Finished]:
         free = np.flatnonzero(~self.state.alive)
-        batch = [self.waiting.popleft() for _ in range(min(len(free), len(self.waiting)))]
+        batch = self._take_waiting(len(free))
         if not batch:
             return []
         # One prefill per distinct request: its samples share the prompt's KV.
