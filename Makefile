@@ -100,6 +100,7 @@ bench: venv
 	$(MPIRUN) -n 2 $(PY) bench/checkpoint.py
 	$(PY) bench/precision.py
 	$(PY) bench/scale.py
+	$(PY) bench/long_tail.py
 
 clean:
 	rm -rf $(VENV) runs transports/fast_*.so runtime/fast_mailbox.*.so transports/fast_transport.json
