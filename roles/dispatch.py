@@ -2,9 +2,10 @@
 
 Batch mode: each batch to one generator, round-robin by batch id, as soon as it may go.
 Streaming (``rollout.mode: stream``): generators pull. Each grants ``Credit`` for the groups
-it has room for; batches wait in an outbox, in the order made, and go out split to the
-generators' credit (most credit first), so no generator is handed more than it can start
-soon and none sits empty while another holds a queue.
+it has room for; batches wait in an outbox, in the order made, and their groups go out one
+by one to the generator with the most room (one message per generator and batch), so a
+step's groups spread over every generator, none is handed more than it can start soon and
+none sits empty while another holds a queue.
 """
 
 from __future__ import annotations
@@ -44,24 +45,33 @@ class Dispatch:
         return sum(len(b.group_ids) for b in self.outbox)
 
     def _flush(self) -> None:
-        while self.outbox:
-            generator = max(range(len(self.credit)), key=lambda g: (self.credit[g], -g))
-            room = self.credit[generator]
-            if room == 0:
-                return
-            head = self.outbox[0]
-            if len(head.group_ids) <= room:
-                part = self.outbox.popleft()
-            else:
-                part, self.outbox[0] = split(head, room)
-            self.credit[generator] -= len(part.group_ids)
-            self.mailbox.send(Address(self.routes.generate_role, generator), part)
+        """Hand out the outbox's groups one by one to the generator with the most room (so a
+        step's groups spread over every generator, as round-robin does), one message each."""
+        while self.outbox and sum(self.credit) > 0:
+            head = self.outbox.popleft()
+            take = min(len(head.group_ids), sum(self.credit))
+            assigned: dict[int, list[int]] = {}
+            for i in range(take):
+                generator = max(range(len(self.credit)), key=lambda g: (self.credit[g], -g))
+                self.credit[generator] -= 1
+                assigned.setdefault(generator, []).append(i)
+            for generator, indices in assigned.items():
+                self.mailbox.send(Address(self.routes.generate_role, generator), subset(head, indices))
+            if take < len(head.group_ids):
+                self.outbox.appendleft(subset(head, range(take, len(head.group_ids))))
+
+
+def subset(batch: PromptBatch, indices) -> PromptBatch:
+    """The batch with only the groups at ``indices`` (the same batch otherwise)."""
+    indices = list(indices)
+    fields = {}
+    for name in _PER_GROUP:
+        value = getattr(batch, name)
+        fields[name] = None if value is None else [value[i] for i in indices]
+    return dataclasses.replace(batch, **fields)
 
 
 def split(batch: PromptBatch, k: int) -> tuple[PromptBatch, PromptBatch]:
     """The batch's first ``k`` groups, and the rest (the same batch otherwise)."""
-    first, rest = {}, {}
-    for name in _PER_GROUP:
-        value = getattr(batch, name)
-        first[name], rest[name] = (None, None) if value is None else (value[:k], value[k:])
-    return dataclasses.replace(batch, **first), dataclasses.replace(batch, **rest)
+    n = len(batch.group_ids)
+    return subset(batch, range(k)), subset(batch, range(k, n))

@@ -58,13 +58,23 @@ def test_streaming_sends_no_more_than_credit_splitting_batches_in_order():
     assert mb.sent[-1][1].group_ids == [4] and d.credit == [3, 0]
 
 
-def test_the_generator_with_the_most_room_gets_the_next_groups():
+def test_each_group_goes_to_the_generator_with_the_most_room():
     mb = _Mailbox()
     d = Dispatch(mb, _routes(3), streaming=True)
     d.on_credit(0, 2)
     d.on_credit(2, 5)
     d.send(_batch(0, 4))
-    assert [(g, len(m.group_ids)) for g, m in mb.sent] == [(2, 4)]
+    assert [(g, m.group_ids) for g, m in mb.sent] == [(2, [0, 1, 2]), (0, [3])]
+    assert d.credit == [1, 0, 2]
+
+
+def test_a_step_spreads_over_every_generator_even_when_each_has_room_for_two():
+    mb = _Mailbox()
+    d = Dispatch(mb, _routes(4), streaming=True)
+    for g in range(4):
+        d.on_credit(g, 4)  # room for two steps' share each
+    d.send(_batch(0, 8))  # one step: two groups a generator, as round-robin would give
+    assert sorted((g, len(m.group_ids)) for g, m in mb.sent) == [(0, 2), (1, 2), (2, 2), (3, 2)]
 
 
 def test_credit_from_a_generator_that_does_not_exist_is_refused():
