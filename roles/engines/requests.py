@@ -93,15 +93,19 @@ def sample_seed(request_seed: int, index: int) -> int:
     return int(state[0] >> 1)
 
 
-def check_request(request: Request) -> None:
-    """The request errors every engine names the same way, before anything is queued."""
-    s = request.sampling
+def check_sampling(s: SamplingConfig) -> None:
+    """The sampling errors every engine names the same way."""
     if s.temperature < 0:
         raise ValueError(f"temperature must be >= 0 (0 = greedy), got {s.temperature}")
     if not 0 < s.top_p <= 1:
         raise ValueError(f"top_p must be in (0, 1], got {s.top_p}")
     if s.max_new_tokens < 1:
         raise ValueError(f"max_new_tokens must be >= 1, got {s.max_new_tokens}")
+
+
+def check_request(request: Request) -> None:
+    """The request errors every engine names the same way, before anything is queued."""
+    check_sampling(request.sampling)
     if request.n < 1:
         raise ValueError(f"a request needs n >= 1 samples, got {request.n}")
     if len(request.prompt_ids) == 0:

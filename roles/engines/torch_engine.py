@@ -17,7 +17,7 @@ import torch
 
 from roles.engines.base import Sample, SamplingConfig
 from roles.engines.kv_cache import preallocated_cache
-from roles.engines.requests import Finished, Request
+from roles.engines.requests import Finished, Request, check_sampling
 from roles.engines.torch_stream import ContinuousBatcher
 from runtime.loop_clock import LOOP
 
@@ -167,11 +167,18 @@ class TorchEngine:
         min_new_tokens: int = 0,
     ) -> list[Sample]:
         _check_request(prompts, sampling)
-        ids, mask, lens = self._left_padded(prompts)
+        logits, cache, mask, lens = self._prefill(prompts, room=sampling.max_new_tokens)
+        out = _Responses(len(prompts), sampling.max_new_tokens, self.pad_id, self.device)
+        self._decode(logits, mask, lens.to(self.device), cache, out, sampling, gen, min_new_tokens)
+        return out.samples()
+
+    def _prefill(self, sequences: list[np.ndarray], room: int = 0):
+        """One forward over ``sequences``, left-padded: their last logits, a cache holding their
+        KV with ``room`` columns to spare, the padding mask and each sequence's length."""
+        ids, mask, lens = self._left_padded(sequences)
         # Left padding: each row's real tokens take positions 0..len-1, as they would alone.
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = _Responses(len(prompts), sampling.max_new_tokens, self.pad_id, self.device)
-        cache = preallocated_cache(self.model.config, ids.shape[1] + sampling.max_new_tokens)
+        cache = preallocated_cache(self.model.config, ids.shape[1] + room)
         logits = self.model(
             input_ids=ids,
             attention_mask=mask,
@@ -180,8 +187,7 @@ class TorchEngine:
             use_cache=True,
             logits_to_keep=1,
         ).logits[:, -1]
-        self._decode(logits, mask, lens.to(self.device), cache, out, sampling, gen, min_new_tokens)
-        return out.samples()
+        return logits, cache, mask, lens
 
     def _left_padded(self, prompts: list[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The prompts as one batch, padded on the left (on the device), its mask, and each prompt's length."""
@@ -228,12 +234,7 @@ class TorchEngine:
 
 
 def _check_request(prompts: list[np.ndarray], sampling: SamplingConfig) -> None:
-    if sampling.temperature < 0:
-        raise ValueError(f"temperature must be >= 0 (0 = greedy), got {sampling.temperature}")
-    if not 0 < sampling.top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {sampling.top_p}")
-    if sampling.max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {sampling.max_new_tokens}")
+    check_sampling(sampling)
     if any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token")
 

@@ -26,7 +26,6 @@ import torch
 from transformers.cache_utils import Cache
 
 from roles.engines.base import Sample
-from roles.engines.kv_cache import preallocated_cache
 from roles.engines.requests import Finished, Request, check_request, sample_seed
 from roles.engines.sampling import pick_rows
 from roles.engines.slot_cache import SlotKV
@@ -176,19 +175,8 @@ class ContinuousBatcher:
 
     def _prefill(self, sequences: list[np.ndarray]) -> tuple[torch.Tensor, Cache]:
         """The sequences' last logits and their KV, left-padded in a cache of their own."""
-        eng = self.engine
-        ids, mask, _ = eng._left_padded(sequences)
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = preallocated_cache(eng.model.config, ids.shape[1])
-        out = eng.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=pos,
-            past_key_values=cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
-        return out.logits[:, -1], cache
+        logits, cache, _, _ = self.engine._prefill(sequences)
+        return logits, cache
 
     # -------------------------------------------------------------- decoding
 

@@ -55,7 +55,7 @@ import torch
 from roles.engines.base import Sample, SamplingConfig
 from roles.engines.requests import InflightKV
 from roles.engines.vllm_device import check_cpu_head_size, check_device
-from roles.engines.vllm_stream import VllmStreaming
+from roles.engines.vllm_stream import VllmStreaming, finish_reason, sampled_tokens
 from runtime.loop_clock import LOOP
 
 _GiB = 1 << 30
@@ -210,16 +210,8 @@ def request_seed(batch_seed: int, prompt_index: int) -> int:
 
 
 def _sample(c) -> Sample:
-    ids = np.asarray(c.token_ids, dtype=np.int32)
-    flat = c.logprobs  # FlatLogprobs: position i's entries start at start_indices[i], sampled first
-    starts = np.asarray(flat.start_indices, dtype=np.int64)
-    lp = np.asarray(flat.logprobs, dtype=np.float32)[starts] if len(ids) else np.zeros(0, np.float32)
-    if len(lp) != len(ids) or (len(ids) and np.any(np.asarray(flat.token_ids)[starts] != ids)):
-        raise RuntimeError("vLLM returned log-probs that do not line up with the sampled tokens")
-    reason = c.finish_reason
-    if reason not in ("stop", "length"):
-        raise RuntimeError(f"vLLM finished a sample with {reason!r} (aborted request?)")
-    return Sample(response_ids=ids, logprobs=lp, finish_reason=reason)
+    ids, lp = sampled_tokens(c)
+    return Sample(response_ids=ids, logprobs=lp, finish_reason=finish_reason(c, "a sample"))
 
 
 def _tied_groups(model: torch.nn.Module) -> list[list[tuple[str, str]]]:

@@ -190,15 +190,14 @@ class VllmStreaming:
             if s is None:  # aborted since
                 continue
             (c,) = out.outputs
-            ids, logprobs = _delta_tokens(c)
-            s.tokens += ids
-            s.logprobs += logprobs
+            ids, logprobs = sampled_tokens(c)
+            s.tokens += ids.tolist()
+            s.logprobs += logprobs.tolist()
             s.versions += [self.version] * len(ids)
             if c.finish_reason is not None:
-                if c.finish_reason not in ("stop", "length"):
-                    raise RuntimeError(f"vLLM ended sample {out.request_id} with {c.finish_reason!r}")
+                reason = finish_reason(c, f"sample {out.request_id}")
                 del self._sequences[out.request_id]
-                ended.append(Finished(s.tag, s.index, s.sample(c.finish_reason)))
+                ended.append(Finished(s.tag, s.index, s.sample(reason)))
         return ended
 
     def _reset_if_idle(self, force: bool = False) -> None:
@@ -216,13 +215,22 @@ class VllmStreaming:
             raise RuntimeError("vLLM refused to reset its prefix cache after an in-flight update")
 
 
-def _delta_tokens(c) -> tuple[list[int], list[float]]:
-    """The tokens one DELTA output adds and their log-probs (flat: position i's first entry)."""
-    ids = list(c.token_ids)
-    if not ids:
-        return [], []
+def sampled_tokens(c) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens a vLLM completion output holds (a whole sample, or the ones a DELTA output
+    adds) and their behaviour log-probs: flat log-probs, position i's entries from
+    start_indices[i], the sampled token's first."""
+    ids = np.asarray(c.token_ids, dtype=np.int32)
+    if not len(ids):
+        return ids, np.zeros(0, np.float32)
     flat = c.logprobs
-    starts = flat.start_indices
-    if len(starts) != len(ids) or any(flat.token_ids[i] != t for i, t in zip(starts, ids)):
+    starts = np.asarray(flat.start_indices, dtype=np.int64)
+    if len(starts) != len(ids) or np.any(np.asarray(flat.token_ids)[starts] != ids):
         raise RuntimeError("vLLM returned log-probs that do not line up with the sampled tokens")
-    return ids, [float(flat.logprobs[i]) for i in starts]
+    return ids, np.asarray(flat.logprobs, dtype=np.float32)[starts]
+
+
+def finish_reason(c, which: str) -> str:
+    """``c``'s finish reason, "stop" or "length"; anything else (an abort) raises."""
+    if c.finish_reason not in ("stop", "length"):
+        raise RuntimeError(f"vLLM finished {which} with {c.finish_reason!r} (aborted request?)")
+    return c.finish_reason
