@@ -197,14 +197,13 @@ class StreamsRollouts:
 
 
 def _oldest(group: _Group) -> int:
-    return min(int(s.versions.min()) if len(s.versions) else 1 << 30 for s in group.samples)
+    """The version of the group's oldest token (every sample has at least one)."""
+    return min(int(s.versions.min()) for s in group.samples)
 
 
 def _rollout(g: _Group) -> Rollout:
     batch, samples = g.batch, g.samples
     oldest = _oldest(g)
-    if oldest == 1 << 30:  # no tokens at all (cannot happen: a sample has at least one)
-        oldest = 0
     spans = [version_segments(s.versions) for s in samples]
     mixed = any(len(seg) > 1 or (len(seg) and seg[0, 1] != oldest) for seg in spans)
     step, group_id = g.trained_as
