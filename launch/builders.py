@@ -200,9 +200,11 @@ def _generator(ctx: BuildContext):
 
 
 def _reward(ctx: BuildContext):
+    from roles.checkpoint.reward_state import read_reward_state
     from roles.models.tokenizer import load_tokenizer
     from roles.reward import RewardActor
-    from roles.rewards.sandbox import RewardSandbox
+    from roles.rewards.learned.base import ScorerContext
+    from roles.rewards.scoring import build_scoring
     from roles.tasks import build_task
 
     cfg = ctx.cfg
@@ -211,7 +213,17 @@ def _reward(ctx: BuildContext):
 
     # The same task as the controller's (same config, same seed): answers are found by id.
     task = build_task(cfg.task, seed=cfg.run.seed)
-    scorer = RewardSandbox(cfg.reward.component_specs(), cfg.reward.timeout_s, workers=cfg.reward.workers)
+    table = ctx.dist.role_table
+    context = ScorerContext(
+        task_config=task.config,
+        rank_index=table.index,
+        ranks=table.size("reward"),
+        group=ctx.dist.reward_group,
+        seed=cfg.run.seed,
+    )
+    scorer = build_scoring(cfg.reward, context)
+    if ctx.resume is not None:
+        scorer.load_state_dict(read_reward_state(ctx.resume.path, table.rank))
     return RewardActor(
         ctx.dist.mailbox,
         ctx.routes,

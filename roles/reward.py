@@ -8,8 +8,10 @@ Training groups go to their trainer, with a ``Scored`` notice of what was seen (
 components, response lengths, clipped and all-equal groups) to the controller. Evaluation
 groups go back to the controller only, as ``EvalScored``: no trainer ever sees them.
 The rank finds each group's example (answer, metadata) in its own copy of the task, by id.
-Scoring runs in worker processes (``roles.rewards.sandbox``), so a reward that hangs, even
-inside C code, is cut at ``reward.timeout_s`` and scores 0.
+Verifiers run in worker processes (``roles.rewards.sandbox``), so a reward that hangs, even
+inside C code, is cut at ``reward.timeout_s`` and scores 0; learned rewards (a reward model,
+a judge, a server: ``roles.rewards.learned``) run in this rank, over every group of the call
+at once (``roles.rewards.scoring`` adds the two up).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 
 import numpy as np
 
+from roles.checkpoint.reward_state import save_reward_state
 from roles.observe.samples import shown_record, shown_samples
 from roles.protocol import (
     CONTROLLER,
@@ -28,9 +31,12 @@ from roles.protocol import (
     Rollout,
     Routes,
     SavesRandomStates,
+    SaveState,
     Scored,
 )
+from roles.rewards.scoring import GroupToScore
 from roles.sections.reward import RewardSection
+from roles.tasks.prompts import messages_of
 from runtime import Actor, Envelope, handles
 
 
@@ -38,8 +44,9 @@ class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
     Config = RewardSection  # the role map's reward: section
 
     def __init__(self, mailbox, routes: Routes, tokenizer, task, scorer, *, prompts_per_step=1, shown_per_step=0):
-        """``scorer``: a ``RewardSandbox`` (``score(items) -> results``, ``close()``) built from
-        this rank's ``RewardActor.Config``; ``task``: the run's task, where answers are found by id.
+        """``scorer``: a ``RewardScoring`` (``score(groups) -> results``, ``state_dict()``,
+        ``close()``) built from this rank's ``RewardActor.Config``; ``task``: the run's task,
+        where answers and prompt messages are found by id.
         ``shown_per_step``: generations per step to show (``logging.samples_per_step``), picked
         by ``roles.observe.samples`` from each group's position among ``prompts_per_step``."""
         super().__init__(mailbox)
@@ -50,6 +57,12 @@ class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
         self.prompts_per_step = prompts_per_step
         self.shown_per_step = shown_per_step
         self._arrived: list[Rollout] = []  # not yet scored, in the order they came
+
+    @handles(SaveState)
+    def on_save_state(self, env: Envelope) -> None:
+        # The learned rewards' running statistics go with the random states.
+        save_reward_state(env.msg.path, self.mailbox.role_table.rank, self.scorer.state_dict())
+        super().on_save_state(env)
 
     @handles(Rollout)
     def on_rollout(self, env: Envelope) -> None:
@@ -76,23 +89,25 @@ class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
     def _score_together(self, groups: list[Rollout]) -> None:
         t0 = time.perf_counter()
         with self.spans.span("score"):
-            texts, items = [], []
-            for r in groups:
-                example = self.task.example(r.example_id)
-                decoded = self.tokenizer.batch_decode(
-                    [np.asarray(ids).tolist() for ids in r.response_ids], skip_special_tokens=True
-                )
-                texts.append(decoded)
-                items.extend((text, example) for text in decoded)
-            results = self.scorer.score(items)
+            to_score = [self._to_score(r) for r in groups]
+            results = self.scorer.score(to_score)
         # Each group is charged its samples' share of the call, so the groups' score_s still
         # add up to the time this rank spent scoring (the controller's reward utilisation).
-        per_sample_s = (time.perf_counter() - t0) / max(1, len(items))
-        start = 0
-        for r, group_texts in zip(groups, texts):
-            group_results = results[start : start + len(group_texts)]
-            start += len(group_texts)
-            self._send_scored(r, group_texts, group_results, per_sample_s * len(group_texts))
+        per_sample_s = (time.perf_counter() - t0) / max(1, sum(len(g.responses) for g in to_score))
+        for r, g, group_results in zip(groups, to_score, results):
+            self._send_scored(r, g.responses, group_results, per_sample_s * len(g.responses))
+
+    def _to_score(self, r: Rollout) -> GroupToScore:
+        example = self.task.example(r.example_id)
+        responses = self.tokenizer.batch_decode(
+            [np.asarray(ids).tolist() for ids in r.response_ids], skip_special_tokens=True
+        )
+        return GroupToScore(
+            example=example,
+            messages=messages_of(example, self.task.config),
+            prompt=self.tokenizer.decode(np.asarray(r.prompt_ids).tolist(), skip_special_tokens=True),
+            responses=responses,
+        )
 
     def _send_scored(self, r: Rollout, texts: list[str], results, score_s: float) -> None:
         """One group's rewards into its Rollout, on to its trainer (or, for evaluation, the
@@ -167,6 +182,7 @@ class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
                 components=results[k].components,
                 version=r.policy_version,
                 finish=r.finish_reasons[k],
+                notes=results[k].notes,
             )
             for k in picked
         ]

@@ -16,9 +16,11 @@ def shown_samples(position: int, prompts_per_step: int, samples_per_prompt: int,
     ]  # sample k of prompt p is the (k * P + p)-th shown
 
 
-def shown_record(*, step, example_id, group_id, sample, prompt, response, reward, components, version, finish) -> dict:
-    """One line of ``samples.jsonl``."""
-    return {
+def shown_record(
+    *, step, example_id, group_id, sample, prompt, response, reward, components, version, finish, notes=None
+) -> dict:
+    """One line of ``samples.jsonl``; ``notes``: what learned rewards said (a judge's verdict)."""
+    record = {
         "step": int(step),
         "policy_version": int(version),
         "example_id": int(example_id),
@@ -30,3 +32,6 @@ def shown_record(*, step, example_id, group_id, sample, prompt, response, reward
         "components": {k: float(v) for k, v in components.items()},
         "finish_reason": finish,
     }
+    if notes:
+        record["notes"] = {str(k): str(v) for k, v in notes.items()}
+    return record

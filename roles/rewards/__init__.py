@@ -1,13 +1,15 @@
 """Rewards: scorers behind one interface (``roles.rewards.base``), found by name.
 
-``REWARDS`` is the registry of built-ins (lazy ``module:attribute`` paths); a role map may
-also name ``package.module:function`` or ``package.module:Class``. A task module may own
+``REWARDS`` is the registry of built-in verifiers (lazy ``module:attribute`` paths) and
+``roles.rewards.learned.LEARNED`` that of learned rewards (a reward model, a judge, a
+server, run in the rank: ``scoring`` adds them to the verifiers); a role map may also name
+``package.module:function`` or ``package.module:Class``. A task module may own
 its reward (the arith demo's ``arith_exact`` lives beside its task). ``combine`` weighs a
 reward's components; ``sandbox``, ``worker`` and ``server_signals`` run the scorers in
 separate processes under a time limit.
 
-A reward sees decoded text and the task's example: it knows nothing of tokens, models, ranks
-or messages. The role map's ``reward:`` section is ``roles.sections.reward.RewardSection``.
+A verifier sees decoded text and the task's example: it knows nothing of tokens, models,
+ranks or messages. The role map's ``reward:`` section is ``roles.sections.reward.RewardSection``.
 """
 
 from __future__ import annotations
@@ -28,8 +30,14 @@ REWARDS: dict[str, str] = {
 
 def reward_object(name: str) -> Any:
     """The registered class or user function/class called ``name``, checked to be callable the
-    way the scorer calls it (``roles.rewards.base``)."""
-    obj = plugins.resolve(name, REWARDS, "reward")
+    way the scorer calls it (``roles.rewards.base``), or a learned reward's class
+    (``roles.rewards.learned``: built with its config and the rank's context, not called)."""
+    from roles.rewards.learned import LEARNED
+    from roles.rewards.learned.base import LearnedReward
+
+    obj = plugins.resolve(name, {**REWARDS, **LEARNED}, "reward")
+    if isinstance(obj, type) and issubclass(obj, LearnedReward):
+        return obj
     if not callable(obj):
         raise plugins.PluginError(f"reward {name!r} is not callable")
     if not isinstance(obj, type):

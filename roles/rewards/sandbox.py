@@ -22,7 +22,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing import connection
 from typing import Any
 
@@ -43,6 +43,7 @@ class SampleResult:
     components: dict[str, float]  # as roles.rewards.combine.SampleScore
     failures: int = 0  # failed components; 1 when the worker died scoring this item
     timed_out: bool = False  # cut at the time limit
+    notes: dict[str, str] = field(default_factory=dict)  # learned components' words (a judge's verdict)
 
 
 class _Worker:

@@ -11,6 +11,7 @@ import pytest
 from roles.protocol import CONTROLLER, EVAL_GREEDY, TRAIN, EvalScored, Rollout, Routes, Scored
 from roles.reward import RewardActor
 from roles.rewards.sandbox import SampleResult
+from roles.tasks.base import Example, TaskConfig
 from runtime import Envelope
 from runtime.mailbox import Address
 
@@ -50,20 +51,31 @@ class _Tokenizer:
 
 
 class _Task:
+    config = TaskConfig(name="fake", chat_template=False)
+
     def example(self, example_id):
-        return {"answer": str(example_id)}
+        return Example(id=example_id, prompt=f"question {example_id}", answer=str(example_id))
 
 
 class _Scorer:
-    """Scores a response by its first token, records every call, and when it was closed."""
+    """Scores a response by its first token, records every call as (response, example)
+    pairs, and when it was closed."""
 
     def __init__(self, log: list):
         self.calls: list[list] = []
         self.log = log
 
-    def score(self, items):
-        self.calls.append(list(items))
-        return [SampleResult(float(text.split()[0]), {"correct": float(text == ex["answer"])}) for text, ex in items]
+    def score(self, groups):
+        for g in groups:  # what a learned reward reads besides the response
+            assert g.messages == [{"role": "user", "content": g.example.prompt}] and g.prompt == "1 2"
+        self.calls.append([(text, g.example) for g in groups for text in g.responses])
+        return [
+            [SampleResult(float(text.split()[0]), {"correct": float(text == g.example.answer)}) for text in g.responses]
+            for g in groups
+        ]
+
+    def state_dict(self):
+        return {}
 
     def close(self):
         self.log.append("closed")
@@ -105,7 +117,7 @@ def test_groups_that_arrived_together_are_scored_in_one_call_and_go_on_in_order(
     assert actor.step() is True
     assert len(scorer.calls) == 1
     assert [text for text, _ in scorer.calls[0]] == ["5 0", "6 0", "7 0", "8 0", "9 0", "1 0", "2 0", "3 0"]
-    assert [ex["answer"] for _, ex in scorer.calls[0]] == ["10", "10", "11", "11", "11", "12", "13", "13"]
+    assert [ex.answer for _, ex in scorer.calls[0]] == ["10", "10", "11", "11", "11", "12", "13", "13"]
 
     forwarded = [(dest, m) for dest, m in mb.sent if isinstance(m, Rollout)]
     assert [(dest, m.group_id) for dest, m in forwarded] == [
