@@ -214,12 +214,13 @@ def _reward(ctx: BuildContext):
     # The same task as the controller's (same config, same seed): answers are found by id.
     task = build_task(cfg.task, seed=cfg.run.seed)
     table = ctx.dist.role_table
+    group = None
+    if table.size("reward") > 1 and any(spec.options.get("shard") for spec in cfg.reward.component_specs()):
+        from roles.rewards.learned.sharded import reward_ranks_group
+
+        group = reward_ranks_group(table.role_comm)  # one reward model shared by the reward ranks
     context = ScorerContext(
-        task_config=task.config,
-        rank_index=table.index,
-        ranks=table.size("reward"),
-        group=ctx.dist.reward_group,
-        seed=cfg.run.seed,
+        task_config=task.config, rank_index=table.index, ranks=table.size("reward"), group=group, seed=cfg.run.seed
     )
     scorer = build_scoring(cfg.reward, context)
     if ctx.resume is not None:

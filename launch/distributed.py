@@ -27,8 +27,6 @@ class Distributed:
     train_group: object  # torch process group of the training ranks (None if just one)
     liveness_comm: MPI.Comm  # heartbeats to the controller (runtime.liveness), apart from the mailbox
     model_comm: MPI.Comm | None = None  # the ranks that hold a model (the torch world); None elsewhere
-    # The reward ranks' torch process group, when they share one sharded reward model; else None.
-    reward_group: object = None
 
 
 # The roles whose ranks hold a model: they alone import torch and join torch.distributed.

@@ -69,10 +69,22 @@ class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
         self._arrived.append(env.msg)  # scored with the others that came meanwhile, in step()
 
     def step(self) -> bool:
+        if self.scorer.collective_group is not None:
+            return self._collective_turn(stopping=False)[0]
         if not self._arrived:
             return False
         self._score_arrived()
         return True
+
+    def _collective_turn(self, stopping: bool) -> tuple[bool, bool]:
+        """One turn in lockstep with the other reward ranks (a reward model sharded over them,
+        ``roles.rewards.learned.sharded``): if any has groups, all score, in one call each.
+        Returns (scored, every rank is stopping)."""
+        work, all_stopping = self.scorer.agree(bool(self._arrived), stopping)
+        if work:
+            arrived, self._arrived = self._arrived, []
+            self._score_together(arrived)
+        return work, all_stopping
 
     def _score_arrived(self) -> None:
         """Scores the groups that have arrived, a step's at a time, oldest step first, so that a
@@ -189,7 +201,13 @@ class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
 
     def on_stop(self, reason: str) -> None:
         # Groups that came before the Stop are scored and sent on, as they would have been
-        # had each been scored as it came.
-        if self._arrived:
+        # had each been scored as it came; a sharded reward model's ranks keep scoring in
+        # lockstep until all of them have stopped.
+        if self.scorer.collective_group is not None:
+            while True:
+                work, all_stopping = self._collective_turn(stopping=True)
+                if all_stopping and not work:
+                    break
+        elif self._arrived:
             self._score_arrived()
         self.scorer.close()

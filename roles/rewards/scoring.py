@@ -52,13 +52,29 @@ class RewardScoring:
         self.verifier_labels = tuple(verifier_labels)
         self._warned: set[str] = set()
 
+    @property
+    def collective_group(self):
+        """The reward ranks' process group when a learned reward is sharded over them (each
+        ``score`` call is then collective: see ``agree``), else None."""
+        return next((c.scorer.context.group for c in self.learned if c.scorer.collective), None)
+
+    def agree(self, has_work: bool, stopping: bool) -> tuple[bool, bool]:
+        """(any reward rank has work, every reward rank is stopping): collective."""
+        from roles.rewards.learned.sharded import agree_max, agree_min
+
+        (work,) = agree_max(self.collective_group, int(has_work))
+        (all_stopping,) = agree_min(self.collective_group, int(stopping))
+        return bool(work), bool(all_stopping)
+
     def score(self, groups: Sequence[GroupToScore]) -> list[list[SampleResult]]:
+        """Each group's results; with a collective learned reward, every reward rank calls this
+        at once, with no groups when it has none."""
         sizes = [len(g.responses) for g in groups]
-        if self.sandbox is not None:
+        if self.sandbox is not None and groups:
             flat = self.sandbox.score([(text, g.example) for g in groups for text in g.responses])
         else:
             flat = [SampleResult(0.0, {}) for _ in range(sum(sizes))]
-        if self.learned:
+        if self.learned and (groups or self.collective_group is not None):
             items = [ScoreItem(g.messages, g.prompt, text, g.example) for g in groups for text in g.responses]
             for component in self.learned:
                 self._add_learned(component, items, sizes, flat)

@@ -19,12 +19,13 @@ from support.reward_models import train_parity_reward_model
 pytestmark = pytest.mark.timeout(900)
 
 
-def _run(tmp_path, sft_model, reward, steps: int) -> list[dict]:
+def _run(tmp_path, sft_model, reward, steps: int, **more) -> list[dict]:
     overrides = {
         "model": {"path": str(sft_model)},
         "run": {"out": str(tmp_path / "run"), "progress": False, "steps": steps},
         "algorithm": {"lr": 1.0e-4},
         "reward": reward,  # a list replaces the base config's reward (a mapping would merge into it)
+        **more,
     }
     cfg = recipe.write_config(CONFIG, tmp_path / "run", recipe.merge_overrides({}, overrides))
     pythonpath = os.pathsep.join([str(REPO / "tests"), str(REPO)])
@@ -64,3 +65,15 @@ def test_the_policy_learns_what_the_reward_model_prefers(tmp_path, sft_model, to
     assert last >= first + 0.2, (first, last, share)
     assert rm_last > rm_first + 0.3, rm_score
     assert all(m["verifier_failures"] == 0 for m in metrics)
+
+
+def test_two_reward_ranks_share_one_sharded_reward_model(tmp_path, sft_model):
+    """world.reward: 2 with shard: true: the reward ranks score in lockstep (each forward pass
+    gathers the model from both) and stop together, with groups routed to both."""
+    rm = train_parity_reward_model(tmp_path / "rm", sft_model, steps=300)
+    reward = [{"name": "model", "path": str(rm), "label": "rm", "shard": True}]
+    steps = 4
+    overrides = {"world": {"reward": 2}, "rollout": {"prompts_per_step": 4}}
+    metrics = _run(tmp_path, sft_model, reward, steps, **overrides)
+    assert [m["step"] for m in metrics] == list(range(steps))
+    assert all(m["verifier_failures"] == 0 and m["reward_components"]["rm"] is not None for m in metrics)

@@ -67,6 +67,9 @@ class LearnedReward:
     """Base of scorers that run in the reward rank over a batch of items."""
 
     Config: ClassVar[type[LearnedConfig]] = LearnedConfig
+    # True when every score_raw call is collective over the reward ranks (a sharded model):
+    # the rank then calls it in lockstep with the others, with no items when it has none.
+    collective: bool = False
 
     def __init__(self, config: LearnedConfig, context: ScorerContext):
         self.config = config

@@ -27,5 +27,7 @@ def encode(tokenizer, texts: list[str], use_template: bool, max_length: int) -> 
     """Token ids of each text, and whether each was cut: over-long ones keep their last
     ``max_length`` tokens (a reward model reads its score at the end of the response).
     A rendered template already holds its special tokens (BOS), so none are added to it."""
+    if not texts:  # tokenizers refuse an empty batch
+        return [], []
     ids = tokenizer(texts, add_special_tokens=not use_template)["input_ids"]
     return [list(x[-max_length:]) for x in ids], [len(x) > max_length for x in ids]

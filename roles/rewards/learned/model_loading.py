@@ -6,6 +6,8 @@ imports torch) read that module's Config without importing torch or transformers
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -25,6 +27,8 @@ def load_classifier(config, context):
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     device = pick_device(config.device, context.rank_index)
+    # A reward rank is not a model rank (launch/job.py): it takes the same thread budget here.
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     tokenizer = AutoTokenizer.from_pretrained(config.path)
     model, info = AutoModelForSequenceClassification.from_pretrained(
         config.path, dtype=DTYPES[config.dtype], output_loading_info=True
@@ -44,7 +48,7 @@ def load_classifier(config, context):
     return model, tokenizer, device
 
 
-@torch.inference_mode()
+@torch.no_grad()  # not inference_mode: FSDP2's gathered parameters must stay ordinary tensors
 def forward_scores(model, rows: list[list[int]], pad_id: int, device: torch.device) -> list[float]:
     """Each row's single logit at its last token. Rows are right-padded; positions count from
     0 in every row, so a row scores the same alone or in any batch."""

@@ -70,10 +70,19 @@ class RewardModel(LearnedReward):
 
         self.model, self.tokenizer, self.device = load_classifier(config, context)
         self.use_template = uses_template(self.tokenizer, config.chat_template)
+        # Sharded: every forward pass is collective over the reward ranks (``sharded``).
+        self.collective = config.shard and context.group is not None
 
     def score_raw(self, items: Sequence[ScoreItem]) -> list[RawScore]:
-        texts = [conversation_text(self.tokenizer, item, self.use_template) for item in items]
-        ids, cut = encode(self.tokenizer, texts, self.use_template, self.config.max_length)
+        try:
+            texts = [conversation_text(self.tokenizer, item, self.use_template) for item in items]
+            ids, cut = encode(self.tokenizer, texts, self.use_template, self.config.max_length)
+        except Exception:
+            if not self.collective:
+                raise  # the call's items fail (roles.rewards.scoring)
+            # Sharded: this rank must still take its part in the others' forward passes.
+            self.score_ids([])
+            raise
         scores = self.score_ids(ids)
         return [RawScore(float(s), extras={"truncated": 1.0} if c else {}) for s, c in zip(scores, cut)]
 
@@ -83,8 +92,17 @@ class RewardModel(LearnedReward):
 
         order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
         scores = [0.0] * len(ids)
-        for batch in micro_batches([len(ids[i]) for i in order], self.config.tokens_per_batch):
-            rows = [order[k] for k in batch]
+        batches = micro_batches([len(ids[i]) for i in order], self.config.tokens_per_batch)
+        passes = len(batches)
+        if self.collective:  # as many passes as the busiest reward rank, placeholders after ours
+            from roles.rewards.learned.sharded import agree_max
+
+            (passes,) = agree_max(self.context.group, passes)
+        for k in range(passes):
+            if k >= len(batches):
+                forward_scores(self.model, [[self.pad_id]], self.pad_id, self.device)
+                continue
+            rows = [order[j] for j in batches[k]]
             for i, s in zip(rows, forward_scores(self.model, [ids[i] for i in rows], self.pad_id, self.device)):
                 scores[i] = s
         return scores

@@ -61,6 +61,8 @@ class _Scorer:
     """Scores a response by its first token, records every call as (response, example)
     pairs, and when it was closed."""
 
+    collective_group = None  # not a model sharded over reward ranks
+
     def __init__(self, log: list):
         self.calls: list[list] = []
         self.log = log
