@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from roles.rewards.combine import ComponentSpec
-from roles.rewards.learned.base import LearnedReward, RawScore, ScoreItem
+from roles.rewards.learned.base import LearnedReward, RawScore, ScoreItem, ScorerGaveUp
 from roles.rewards.learned.shaping import Shaping
 from roles.rewards.sandbox import SampleResult
 
@@ -115,6 +115,8 @@ class RewardScoring:
             if len(raw) != len(items):
                 raise RuntimeError(f"returned {len(raw)} scores for {len(items)} responses")
             return raw
+        except ScorerGaveUp:
+            raise  # the scorer cannot go on (a server down for good): the job ends, named
         except Exception:  # noqa: BLE001 - scored 0 and counted, like a verifier that raises
             label = component.spec.label
             if label not in self._warned:

@@ -63,6 +63,11 @@ class LearnedConfig(RewardConfig):
     clip: float | None = Field(None, gt=0)  # then clipped to [-clip, clip]; None: not clipped
 
 
+class ScorerGaveUp(RuntimeError):
+    """Raised by ``score_raw`` when the scorer cannot go on (its server has not answered for
+    too long): it ends the job with this message, where any other exception fails one batch."""
+
+
 class LearnedReward:
     """Base of scorers that run in the reward rank over a batch of items."""
 
@@ -76,7 +81,8 @@ class LearnedReward:
         self.context = context
 
     def score_raw(self, items: Sequence[ScoreItem]) -> list[RawScore]:
-        """One raw score per item, in order. Raising fails the whole batch (each item 0)."""
+        """One raw score per item, in order. Raising fails the whole batch (each item 0), except
+        :class:`ScorerGaveUp`, which ends the job."""
         raise NotImplementedError
 
     def close(self) -> None:
