@@ -23,7 +23,10 @@ generators one reward rank (one worker) keeps up with. The default of 50 respons
 generator is an estimate, not a measurement here: one GPU running vLLM on a ~1.5B model
 (the usual size for GSM8K RL) decodes of the order of 10^4 tokens/s over a large batch, and
 a GSM8K response is 200-300 tokens. Measure yours (``bench/generation.py`` on your model and
-GPU, tokens/s divided by response length) and pass it. Prints ONE JSON line.
+GPU, tokens/s divided by response length) and pass it. Prints one JSON line, then one per
+reward-model row (``bench/reward_model_rows.py``: a reward model's samples/s against a plain
+Hugging Face batched forward, and the async demo's step time with it; ``--no-reward-model``
+leaves them out).
 """
 
 from __future__ import annotations
@@ -175,6 +178,14 @@ def main() -> None:
         help="responses one generator produces per second (see the docstring)",
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-reward-model", action="store_true", help="leave out the reward-model rows")
+    p.add_argument("--rm-items", type=int, default=512, help="conversations the reward model scores")
+    p.add_argument("--rm-batch", type=int, default=32, help="rows per batch of the Hugging Face baseline")
+    p.add_argument("--rm-hidden", type=int, default=256)
+    p.add_argument("--rm-layers", type=int, default=4)
+    p.add_argument("--async-steps", type=int, default=30, help="steps of each async demo run")
+    p.add_argument("--async-repeats", type=int, default=3)
+    p.add_argument("--out", default="runs/bench_rewards")
     args = p.parse_args()
     rng = random.Random(args.seed)
     out = {
@@ -191,6 +202,16 @@ def main() -> None:
         name: round(out[name]["sandbox_per_s"] / args.gen_responses_per_s, 1) for name in ("gsm8k", "math_verify")
     }
     print(json.dumps(out), flush=True)
+    if args.no_reward_model:
+        return
+    from reward_model_rows import reward_model_async, reward_model_throughput
+
+    for row in (
+        reward_model_throughput(args.reps, args.rm_items, args.rm_batch, args.rm_hidden, args.rm_layers, args.seed),
+        # A reward model the size of the demo's policy (bench/reward_model_rows.py).
+        reward_model_async(args.async_steps, 5, args.async_repeats, 128, 4, Path(args.out)),
+    ):
+        print(json.dumps({"bench": "rewards", "load_avg_1m": round(os.getloadavg()[0], 2), **row}), flush=True)
 
 
 if __name__ == "__main__":
