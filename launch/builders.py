@@ -220,7 +220,12 @@ def _reward(ctx: BuildContext):
 
         group = reward_ranks_group(table.role_comm)  # one reward model shared by the reward ranks
     context = ScorerContext(
-        task_config=task.config, rank_index=table.index, ranks=table.size("reward"), group=group, seed=cfg.run.seed
+        task_config=task.config,
+        rank_index=table.index,
+        gpu_slot=ctx.dist.gpu_slot,
+        ranks=table.size("reward"),
+        group=group,
+        seed=cfg.run.seed,
     )
     scorer = build_scoring(cfg.reward, context)
     if ctx.resume is not None:

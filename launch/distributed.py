@@ -2,9 +2,11 @@
 
 1. the role table (splits COMM_WORLD into one communicator per role),
 2. the mailbox (duplicates COMM_WORLD for its messages),
-3. torch.distributed over the ranks that hold a model (trainers, generators, colocated ranks)
+3. each rank's GPU slot on its node (``gpu_slot``);
+4. torch.distributed over the ranks that hold a model (trainers, generators, colocated ranks)
    and the training ranks' group; the controller and reward ranks neither join nor import
-   torch, which saves each of them seconds of CPU at start-up.
+   torch, which saves each of them seconds of CPU at start-up (a reward rank that hosts a
+   reward model imports it when it builds its scorer).
 
 Knows nothing of the role map or the actors: ``launch/job.py`` calls it, then builds the actor.
 """
@@ -27,6 +29,9 @@ class Distributed:
     train_group: object  # torch process group of the training ranks (None if just one)
     liveness_comm: MPI.Comm  # heartbeats to the controller (runtime.liveness), apart from the mailbox
     model_comm: MPI.Comm | None = None  # the ranks that hold a model (the torch world); None elsewhere
+    # This rank's GPU among its node's, when it takes one: the model ranks take the first ones
+    # in rank order (transports.torch_dist), the reward ranks those after (a reward model).
+    gpu_slot: int = 0
 
 
 # The roles whose ranks hold a model: they alone import torch and join torch.distributed.
@@ -34,15 +39,16 @@ MODEL_ROLES = ("trainer", "generator", "colocated")
 
 
 def setup_distributed(comm: MPI.Comm, roles_by_rank: list[str], train_role: str) -> Distributed:
-    """Steps 1-3 above. Collective over ``comm``: every rank calls it, in this order."""
+    """Steps 1-4 above. Collective over ``comm``: every rank calls it, in this order."""
     table = RoleTable(comm, roles_by_rank)
     mailbox = Mailbox(table)
     liveness_comm = comm.Dup()
     holds_model = table.role in MODEL_ROLES
+    slot = gpu_slot(comm, table.role)
     # Ranks of model_comm follow those of comm (key), so torch rank i is the i-th model rank.
     model_comm = comm.Split(0 if holds_model else MPI.UNDEFINED, key=comm.Get_rank())
     if not holds_model:
-        return Distributed(table, mailbox, None, liveness_comm)
+        return Distributed(table, mailbox, None, liveness_comm, gpu_slot=slot)
     from transports.torch_dist import init_torch_distributed, new_group
 
     init_torch_distributed(model_comm)
@@ -50,4 +56,18 @@ def setup_distributed(comm: MPI.Comm, roles_by_rank: list[str], train_role: str)
     train_ranks = [model_ranks.index(r) for r in table.ranks(train_role)]
     # new_group is collective over the whole torch world, members or not.
     group = new_group(train_ranks) if len(train_ranks) > 1 else None
-    return Distributed(table, mailbox, group if table.role == train_role else None, liveness_comm, model_comm)
+    train_group = group if table.role == train_role else None
+    return Distributed(table, mailbox, train_group, liveness_comm, model_comm, gpu_slot=slot)
+
+
+def gpu_slot(comm: MPI.Comm, role: str) -> int:
+    """This rank's place in its node's GPU order: model ranks first, in rank order (as
+    ``init_torch_distributed`` sets their devices), then reward ranks. Collective over ``comm``."""
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    roles = node.allgather(role)
+    me = node.Get_rank()
+    node.Free()
+    models = [i for i, r in enumerate(roles) if r in MODEL_ROLES]
+    if role in MODEL_ROLES:
+        return models.index(me)
+    return len(models) + sum(1 for r in roles[:me] if r == "reward")

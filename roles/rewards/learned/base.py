@@ -45,6 +45,7 @@ class ScorerContext:
 
     task_config: Any = None  # the task's Config: its chat template settings and system prompt
     rank_index: int = 0  # this rank among the reward ranks
+    gpu_slot: int = 0  # the GPU this rank takes on its node, when it has GPUs (after the model ranks')
     ranks: int = 1  # reward ranks in the job
     group: Any = None  # the reward ranks' torch process group (a sharded model), else None
     seed: int = 0  # the run's seed (a judge that samples)

@@ -6,27 +6,37 @@ imports torch) read that module's Config without importing torch or transformers
 
 from __future__ import annotations
 
+import logging
 import os
 
 import torch
 
+log = logging.getLogger(__name__)
+
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def pick_device(wanted: str, rank_index: int) -> torch.device:
-    """``auto``: a GPU when this rank has one (the reward ranks take GPUs in turn), else the CPU."""
+def pick_device(wanted: str, gpu_slot: int) -> torch.device:
+    """``auto``: a GPU when this rank has one, else the CPU. The GPU is the rank's slot on its
+    node (``launch.distributed.gpu_slot``: after those of the generators and trainers); a node
+    with fewer GPUs than slots shares them round-robin, said once in the log."""
     if wanted == "cpu" or (wanted == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
         raise RuntimeError("reward: device is cuda, but this reward rank sees no GPU")
-    return torch.device("cuda", rank_index % torch.cuda.device_count())
+    count = torch.cuda.device_count()
+    if gpu_slot >= count:
+        log.warning(
+            "reward rank: GPU slot %d of a node with %d GPUs: it shares GPU %d", gpu_slot, count, gpu_slot % count
+        )
+    return torch.device("cuda", gpu_slot % count)
 
 
 def load_classifier(config, context):
     """(model in eval mode, its tokenizer, the device) for a ``RewardModelConfig``."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    device = pick_device(config.device, context.rank_index)
+    device = pick_device(config.device, context.gpu_slot)
     # A reward rank is not a model rank (launch/job.py): it takes the same thread budget here.
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     tokenizer = AutoTokenizer.from_pretrained(config.path)
