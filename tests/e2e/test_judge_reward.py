@@ -5,11 +5,13 @@ One judge reads the response's last digit (1 for even, 0 for odd) and is the rew
 it, with weight 0, one that never stops (cut at max_new_tokens, a parse failure every time)
 and one that raises on every call (its template holds a character its tokenizer cannot
 encode). The job must end normally, log each judge under its label with its failures
-counted, and show the judge's verdict under ``notes`` in samples.jsonl.
+counted, and show the judge's verdict under ``notes`` in samples.jsonl. The judges run in the
+torch engine (on the CPU here) and, where it is installed, in vLLM.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 
@@ -30,10 +32,10 @@ def _parity(c: str) -> str:
     return ("0" if int(c) % 2 else "1") if c.isdigit() else "x"
 
 
-def _judges(root) -> list[dict]:
+def _judges(root, engine: str) -> list[dict]:
     parity = build_lookup_judge(root / "parity", ALPHABET, _parity)
     stuck = build_lookup_judge(root / "stuck", ALPHABET, lambda c: "x")
-    common = {"name": "judge", "template": "Q:{prompt} A:{response}", "parse": r"(\d)", "device": "cpu"}
+    common = {"name": "judge", "engine": engine, "template": "Q:{prompt} A:{response}", "parse": r"(\d)"}
     return [
         {**common, "label": "parity", "path": str(parity), "max_new_tokens": 1},
         {**common, "label": "stuck", "path": str(stuck), "max_new_tokens": 6, "weight": 0.0},
@@ -41,14 +43,23 @@ def _judges(root) -> list[dict]:
     ]
 
 
-def test_a_judge_scores_a_job_and_its_verdicts_are_shown(tmp_path, sft_model):
+@pytest.mark.parametrize(
+    "engine",
+    [
+        "torch",
+        pytest.param(
+            "vllm", marks=pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed")
+        ),
+    ],
+)
+def test_a_judge_scores_a_job_and_its_verdicts_are_shown(tmp_path, sft_model, engine):
     out = tmp_path / "run"
     overrides = {
         "model": {"path": str(sft_model)},
         "run": {"out": str(out), "progress": False, "steps": STEPS},
         "rollout": {"prompts_per_step": PROMPTS, "samples_per_prompt": SAMPLES},
         "logging": {"samples_per_step": SHOWN},
-        "reward": _judges(tmp_path / "judges"),
+        "reward": _judges(tmp_path / "judges", engine),
     }
     cfg = recipe.write_config(CONFIG, out, recipe.merge_overrides({}, overrides))
     pythonpath = os.pathsep.join([str(REPO / "tests"), str(REPO)])

@@ -9,6 +9,8 @@ so that the role map's checks read the judge's Config without importing torch or
 
 from __future__ import annotations
 
+import os
+
 from roles.rewards.learned.base import ScorerContext
 
 
@@ -31,10 +33,14 @@ def build_judge_engine(config, context: ScorerContext):
             )
         )
         return engine, tokenizer
+    import torch
+
     from roles.engines.torch_engine import TorchEngine
     from roles.models import torch_dtype
     from roles.rewards.learned.model_loading import pick_device
 
+    # A reward rank is not a model rank (launch/job.py): it takes the same thread budget here.
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     eos = tokenizer.eos_token_id
     engine = TorchEngine(
         config.path,
