@@ -21,7 +21,12 @@ def build_judge_engine(config, context: ScorerContext):
     tokenizer = AutoTokenizer.from_pretrained(config.path)
     seed = context.seed + context.rank_index
     if config.engine == "vllm":
+        import torch
+
         from roles.engines.vllm_engine import VllmEngine
+
+        if torch.cuda.is_available():  # vLLM in process takes the current device: the rank's slot
+            torch.cuda.set_device(context.gpu_slot % torch.cuda.device_count())
 
         engine = VllmEngine(
             VllmEngine.Config(
@@ -44,7 +49,7 @@ def build_judge_engine(config, context: ScorerContext):
     eos = tokenizer.eos_token_id
     engine = TorchEngine(
         config.path,
-        device=pick_device(config.device, context.rank_index),
+        device=pick_device(config.device, context.gpu_slot),
         dtype=torch_dtype(config.dtype),
         stop_ids=() if eos is None else (int(eos),),
         capacity=1,  # the streaming half is never used: one batch per call
