@@ -24,6 +24,7 @@ from support.mpi_helpers import REPO
 RECIPES = {
     "examples/gsm8k/qwen2.5-0.5b-1node.yaml": ("gsm8k", 32768),
     "examples/math/qwen2.5-7b-4nodes.yaml": ("math", 32768),
+    "examples/gsm8k/qwen2.5-0.5b-reward-model.yaml": ("gsm8k", 32768),
 }
 
 
@@ -60,11 +61,26 @@ def stand_in_model(tmp_path_factory):
     return d
 
 
+@pytest.fixture(scope="module")
+def stand_in_reward_model(tmp_path_factory):
+    """A reward model's config.json (one label) and a tokenizer: what the role map's check reads."""
+    from examples.toy.tiny_bpe import save_bpe_chat_tokenizer
+
+    d = tmp_path_factory.mktemp("stand_in_rm")
+    config = {"model_type": "qwen3", "architectures": ["Qwen3ForSequenceClassification"], "id2label": {"0": "LABEL_0"}}
+    (d / "config.json").write_text(json.dumps(config))
+    save_bpe_chat_tokenizer(d, ["Tom has 3 apples and eats 1."], vocab_size=300)
+    return d
+
+
 @pytest.mark.parametrize("recipe", sorted(RECIPES))
-def test_recipe_passes_mpirl_check(recipe, stand_in_model, tmp_path):
+def test_recipe_passes_mpirl_check(recipe, stand_in_model, stand_in_reward_model, tmp_path):
     kind, _ = RECIPES[recipe]
     raw = yaml.safe_load((REPO / recipe).read_text())
     raw["model"]["path"] = str(stand_in_model)
+    for component in raw.get("reward", {}).get("components", []):
+        if component.get("name") == "model":
+            component["path"] = str(stand_in_reward_model)
     for key in ("train_files", "eval_files"):
         stand_ins = []
         for original in raw["task"][key]:
