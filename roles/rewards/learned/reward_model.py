@@ -12,6 +12,7 @@ With ``shard: true`` the reward ranks hold one copy between them (``sharded``).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -20,6 +21,8 @@ from pydantic import Field, field_validator
 
 from roles.rewards.learned.base import LearnedConfig, LearnedReward, RawScore, ScoreItem, ScorerContext
 from roles.rewards.learned.conversation import conversation_text, encode, uses_template
+
+log = logging.getLogger(__name__)
 
 
 class RewardModelConfig(LearnedConfig):
@@ -72,26 +75,46 @@ class RewardModel(LearnedReward):
         self.use_template = uses_template(self.tokenizer, config.chat_template)
         # Sharded: every forward pass is collective over the reward ranks (``sharded``).
         self.collective = config.shard and context.group is not None
+        self._warned: set[str] = set()
 
     def score_raw(self, items: Sequence[ScoreItem]) -> list[RawScore]:
+        """One score per item; an item that cannot be rendered, tokenized or scored alone is
+        not scored (None: 0, counted), the others are."""
+        encoded = self._encode(items)
+        ok = [i for i, e in enumerate(encoded) if e is not None]
+        scores = self.score_ids([encoded[i][0] for i in ok])
+        out = [RawScore(None, extras={"failed": 1.0}) for _ in items]
+        for i, score in zip(ok, scores):
+            if score is not None:
+                out[i] = RawScore(score, extras={"truncated": 1.0} if encoded[i][1] else {})
+        return out
+
+    def _encode(self, items: Sequence[ScoreItem]) -> list[tuple[list[int], bool] | None]:
+        """Each item's token ids and whether they were cut; None for one that raised. All in
+        one tokenizer call, or one by one when that call raises."""
+
+        def encode_all(batch):
+            texts = [conversation_text(self.tokenizer, item, self.use_template) for item in batch]
+            return list(zip(*encode(self.tokenizer, texts, self.use_template, self.config.max_length)))
+
         try:
-            texts = [conversation_text(self.tokenizer, item, self.use_template) for item in items]
-            ids, cut = encode(self.tokenizer, texts, self.use_template, self.config.max_length)
-        except Exception:
-            if not self.collective:
-                raise  # the call's items fail (roles.rewards.scoring)
-            # Sharded: this rank must still take its part in the others' forward passes.
-            self.score_ids([])
-            raise
-        scores = self.score_ids(ids)
-        return [RawScore(float(s), extras={"truncated": 1.0} if c else {}) for s, c in zip(scores, cut)]
+            return encode_all(items)
+        except Exception:  # noqa: BLE001 - find the item(s) it was
+            out = []
+            for item in items:
+                try:
+                    out.append(encode_all([item])[0])
+                except Exception:  # noqa: BLE001 - that item is not scored, the others are
+                    self._warn_once("cannot render or tokenize a response")
+                    out.append(None)
+            return out
 
-    def score_ids(self, ids: list[list[int]]) -> list[float]:
-        """The model's score of each token sequence, in micro-batches by token budget."""
-        from roles.rewards.learned.model_loading import forward_scores
-
+    def score_ids(self, ids: list[list[int]]) -> list[float | None]:
+        """The model's score of each token sequence, in micro-batches by token budget. A
+        micro-batch whose forward pass raises is scored row by row, and a row that raises
+        alone is None (not when sharded: every pass is collective, so that raises)."""
         order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
-        scores = [0.0] * len(ids)
+        scores: list[float | None] = [None] * len(ids)
         batches = micro_batches([len(ids[i]) for i in order], self.config.tokens_per_batch)
         passes = len(batches)
         if self.collective:  # as many passes as the busiest reward rank, placeholders after ours
@@ -100,12 +123,37 @@ class RewardModel(LearnedReward):
             (passes,) = agree_max(self.context.group, passes)
         for k in range(passes):
             if k >= len(batches):
-                forward_scores(self.model, [[self.pad_id]], self.pad_id, self.device)
+                self._forward([[self.pad_id]])
                 continue
             rows = [order[j] for j in batches[k]]
-            for i, s in zip(rows, forward_scores(self.model, [ids[i] for i in rows], self.pad_id, self.device)):
-                scores[i] = s
+            for i, score in zip(rows, self._forward_or_alone([ids[i] for i in rows])):
+                scores[i] = score
         return scores
+
+    def _forward(self, rows: list[list[int]]) -> list[float]:
+        from roles.rewards.learned.model_loading import forward_scores
+
+        return forward_scores(self.model, rows, self.pad_id, self.device)
+
+    def _forward_or_alone(self, rows: list[list[int]]) -> list[float | None]:
+        if self.collective:
+            return self._forward(rows)
+        try:
+            return self._forward(rows)
+        except Exception:  # noqa: BLE001 - find the row(s) it was
+            out: list[float | None] = []
+            for row in rows:
+                try:
+                    out.append(self._forward([row])[0])
+                except Exception:  # noqa: BLE001 - that response is not scored, the others are
+                    self._warn_once("the forward pass raised on a response")
+                    out.append(None)
+            return out
+
+    def _warn_once(self, what: str) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            log.warning("reward model: %s; it scores 0 (later ones are only counted)", what, exc_info=True)
 
     @property
     def pad_id(self) -> int:

@@ -94,3 +94,27 @@ def test_over_long_conversations_keep_their_end_and_are_counted(char_rm):
     assert [g.extras for g in got] == [{"truncated": 1.0}, {}]
     kept = rm.tokenizer(conversation_text(rm.tokenizer, long_item, False))["input_ids"][-4:]  # "3=25"
     assert got[0].value == pytest.approx(rm.score_ids([kept])[0], abs=1e-6)
+
+
+def test_a_response_it_cannot_score_scores_nothing_and_the_others_are_scored(char_rm, monkeypatch):
+    rm = RewardModel(RewardModel.Config(path=str(char_rm)), ScorerContext())
+    good = [item for item, _ in parity_items(4, seed=9)]
+    # "x" is outside the character tokenizer's alphabet: that response cannot be tokenized.
+    bad = ScoreItem([{"role": "user", "content": "1+1="}], "1+1=", "2x", None)
+    want = [r.value for r in rm.score_raw(good)]
+    got = rm.score_raw([good[0], bad, *good[1:]])
+    assert got[1].value is None and got[1].extras == {"failed": 1.0}
+    assert [g.value for g in got[:1] + got[2:]] == pytest.approx(want, abs=1e-5)
+    # A forward pass that raises on one (long) row: its micro-batch is scored row by row.
+    forward = rm._forward
+
+    def fragile(rows):
+        if any(len(r) > 12 for r in rows):  # parity items are at most 9 tokens
+            raise RuntimeError("CUDA out of memory")
+        return forward(rows)
+
+    monkeypatch.setattr(rm, "_forward", fragile)
+    long_item = ScoreItem([{"role": "user", "content": "12+13+14+15="}], "12+13+14+15=", "54", None)
+    got = rm.score_raw([*good, long_item])
+    assert got[-1].value is None
+    assert [g.value for g in got[:-1]] == pytest.approx(want, abs=1e-5)
