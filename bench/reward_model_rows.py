@@ -13,11 +13,14 @@ repetitions, medians with (min, max):
 ``reward_model_async``: the arith demo's asynchronous job (1 generator, 1 trainer, 1 reward
 rank) with a reward model as its reward against the demo's verifier, interleaved rounds:
 seconds per step after a warm-up, and the step time over the slower of the run's own median
-generation and training times (<= 1.1 when scoring overlaps generation).
+generation and training times (<= 1.1 when scoring overlaps generation). On a machine with
+fewer cores than computing ranks the phases also share cores: ``step_over_cores_bound``
+divides by the larger of that and their summed work over the cores.
 """
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
 import tempfile
@@ -109,10 +112,12 @@ def _round(x: float) -> float:
     return float(f"{x:.4g}")
 
 
-# bench/async_vs_sync.py's: generating a step and training on it take about as long.
+# bench/async_vs_sync.py's: generating a step and training on it take about as long. Groups
+# whose samples all scored the same are trained on too: a reward model's scores are never all
+# equal, the verifier's often are, and skipping those would give the two runs different work.
 WORKLOAD = {
     "rollout": {"prompts_per_step": 32, "samples_per_prompt": 8, "max_new_tokens": 6},
-    "algorithm": {"micro_batch": 256},
+    "algorithm": {"micro_batch": 256, "skip_zero_advantage": False},
 }
 
 
@@ -144,6 +149,7 @@ def reward_model_async(steps: int, warmup: int, repeats: int, hidden: int, layer
         row[name] = {k: _summary([f[k] for f in figs]) for k in figs[0]}
     row["rm_model"] = {"hidden": hidden, "layers": layers}
     row["step_over_max_phase"] = row["reward_model"]["step_over_max_phase"]["median"]
+    row["step_over_cores_bound"] = row["reward_model"]["step_over_cores_bound"]["median"]
     row["reward_model_over_verifier_step"] = _round(
         row["reward_model"]["step_s"]["median"] / row["verifier"]["step_s"]["median"]
     )
@@ -156,10 +162,13 @@ def _async_figures(metrics: list[dict], warmup: int) -> dict:
     gen = statistics.median(m["generation_s"] for m in metrics[warmup:])
     train = statistics.median(m["training_s"] for m in metrics[warmup:])
     score = statistics.median(m["reward_s"] for m in metrics[warmup:])
+    cores = min(os.cpu_count() or 1, 3)  # the generator, reward and trainer ranks compute
     return {
         "step_s": step_s,
         "generation_s": gen,
         "training_s": train,
         "reward_s": score,
         "step_over_max_phase": step_s / max(gen, train),
+        # the step can be no shorter than the three phases' work spread over the cores
+        "step_over_cores_bound": step_s / max(gen, train, (gen + train + score) / cores),
     }

@@ -67,13 +67,15 @@ def test_the_policy_learns_what_the_reward_model_prefers(tmp_path, sft_model, to
     assert all(m["verifier_failures"] == 0 for m in metrics)
 
 
-def test_two_reward_ranks_share_one_sharded_reward_model(tmp_path, sft_model):
+@pytest.mark.parametrize("mode", ["batch", "stream"])
+def test_two_reward_ranks_share_one_sharded_reward_model(tmp_path, sft_model, mode):
     """world.reward: 2 with shard: true: the reward ranks score in lockstep (each forward pass
-    gathers the model from both) and stop together, with groups routed to both."""
+    gathers the model from both) and stop together, with groups routed to both; with streamed
+    rollouts the groups reach them one by one."""
     rm = train_parity_reward_model(tmp_path / "rm", sft_model, steps=300)
     reward = [{"name": "model", "path": str(rm), "label": "rm", "shard": True}]
     steps = 4
-    overrides = {"world": {"reward": 2}, "rollout": {"prompts_per_step": 4}}
+    overrides = {"world": {"reward": 2}, "rollout": {"prompts_per_step": 4, "mode": mode}}
     metrics = _run(tmp_path, sft_model, reward, steps, **overrides)
     assert [m["step"] for m in metrics] == list(range(steps))
     assert all(m["verifier_failures"] == 0 and m["reward_components"]["rm"] is not None for m in metrics)
