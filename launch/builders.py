@@ -141,6 +141,7 @@ def _controller(ctx: BuildContext):
         ),
         checkpoints=cfg.checkpoints(),  # every_steps 0: only on a stop signal
         resume=ctx.resume,
+        warmup_steps=cfg.critic.warmup_steps if cfg.world.critic.ranks else 0,
     )
 
 
@@ -254,6 +255,7 @@ def _training_args(ctx: BuildContext) -> dict:
         on_finish=lambda actor: policy.save(save_dir, is_leader=is_leader),
         checkpoints=cfg.checkpoints(),  # every_steps 0: only on a stop signal
         resume=ctx.resume,
+        warmup_steps=cfg.critic.warmup_steps if cfg.world.critic.ranks else 0,
     )
 
 

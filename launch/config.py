@@ -25,6 +25,7 @@ from roles.policy.weight_transport import WeightsConfig
 from roles.sections.base import Section
 from roles.sections.checkpoint import CheckpointConfig
 from roles.sections.controller import ControllerConfig
+from roles.sections.critic import CriticConfig
 from roles.sections.evaluation import EvalConfig
 from roles.sections.observability import LoggingConfig
 from roles.sections.reward import RewardSection
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from roles.protocol import Routes, Schedule
 
 # Ranks are handed out in this order; a role with 0 ranks takes none.
-ROLE_ORDER = ("controller", "generator", "colocated", "reward", "trainer")
+ROLE_ORDER = ("controller", "generator", "colocated", "reward", "trainer", "critic")
 
 # The exit code of a job or a command stopped by a mistake in its input (before any work).
 EXIT_CONFIG = 2
@@ -84,8 +85,11 @@ class World(Section):
     # The DeepSpeed-Chat-like baseline: these ranks both generate and train, taking turns
     # (generation uses the generator options above). Needs generator = trainer = 0.
     colocated: OptionalGroup = OptionalGroup()
+    # Ranks that hold the value model (the critic: section) for algorithm.advantage: gae; > 1
+    # shards it with FSDP2. They come after the trainers.
+    critic: OptionalGroup = OptionalGroup()
 
-    _wrap = field_validator("controller", "generator", "colocated", "reward", "trainer", mode="before")(
+    _wrap = field_validator("controller", "generator", "colocated", "reward", "trainer", "critic", mode="before")(
         lambda cls, v: _shorthand(v)
     )
 
@@ -139,6 +143,7 @@ class RoleMap(Section):
     model: ModelConfig
     rollout: RolloutConfig = RolloutConfig()
     algorithm: TrainerConfig = TrainerConfig()
+    critic: CriticConfig = CriticConfig()
     # The prompt source (roles.tasks): its name and its own options, checked by its Config.
     task: Any
     reward: RewardSection = RewardSection()
@@ -225,10 +230,41 @@ class RoleMap(Section):
         return self
 
     @model_validator(mode="after")
+    def _critic_for_gae(self) -> RoleMap:
+        critics, gae = self.world.critic.ranks, self.algorithm.advantage == "gae"
+        if gae != bool(critics):
+            raise ValueError(
+                "algorithm.advantage: gae needs critic ranks (world.critic), which hold the value model"
+                if gae
+                else f"world.critic ({critics} ranks) holds a value model for algorithm.advantage: gae "
+                f"(advantage is {self.algorithm.advantage!r}): set it, or leave world.critic out"
+            )
+        if critics and self.world.colocated_mode:
+            raise ValueError("world.critic: colocated ranks cannot host a critic; use generator and trainer ranks")
+        if critics and self.rollout.prompts_per_step % critics:
+            raise ValueError(
+                f"rollout.prompts_per_step ({self.rollout.prompts_per_step}) must divide evenly over the "
+                f"{critics} critic ranks (each scores an equal share)"
+            )
+        if critics and self.critic.warmup_steps >= self.run.steps:
+            raise ValueError(
+                f"critic.warmup_steps ({self.critic.warmup_steps}) leaves no step of run.steps for the policy"
+            )
+        if critics:  # only then: the check imports transformers' model tables (seconds)
+            from roles.value.folder import check_value_model_folder
+
+            field = "critic.path" if self.critic.path else "model.path (the critic's, as critic.path is not set)"
+            try:
+                check_value_model_folder(self.critic.path or self.model.path)
+            except ValueError as e:
+                raise ValueError(f"{field}: {e}") from None
+        return self
+
+    @model_validator(mode="after")
     def _groups_can_learn(self) -> RoleMap:
-        # Every advantage here is relative to the prompt's group: with one sample per prompt
+        # A group advantage is relative to the prompt's group: with one sample per prompt
         # each advantage is 0, and the run would train for hours on nothing.
-        if self.rollout.samples_per_prompt < 2:
+        if self.algorithm.advantage != "gae" and self.rollout.samples_per_prompt < 2:
             raise ValueError(
                 f"rollout.samples_per_prompt ({self.rollout.samples_per_prompt}): algorithm.advantage "
                 f"{self.algorithm.advantage!r} compares the samples of a prompt with each other, so it needs "

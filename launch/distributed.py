@@ -3,8 +3,8 @@
 1. the role table (splits COMM_WORLD into one communicator per role),
 2. the mailbox (duplicates COMM_WORLD for its messages),
 3. each rank's GPU slot on its node (``gpu_slot``);
-4. torch.distributed over the ranks that hold a model (trainers, generators, colocated ranks)
-   and the training ranks' group; the controller and reward ranks neither join nor import
+4. torch.distributed over the ranks that hold a model (trainers, generators, colocated ranks,
+   critics), the training ranks' group and the critic ranks'; the controller and reward ranks neither join nor import
    torch, which saves each of them seconds of CPU at start-up (a reward rank that hosts a
    reward model imports it when it builds its scorer).
 
@@ -29,13 +29,14 @@ class Distributed:
     train_group: object  # torch process group of the training ranks (None if just one)
     liveness_comm: MPI.Comm  # heartbeats to the controller (runtime.liveness), apart from the mailbox
     model_comm: MPI.Comm | None = None  # the ranks that hold a model (the torch world); None elsewhere
+    critic_group: object = None  # torch process group of the critic ranks (None if at most one)
     # This rank's GPU among its node's, when it takes one: the model ranks take the first ones
     # in rank order (transports.torch_dist), the reward ranks those after (a reward model).
     gpu_slot: int = 0
 
 
 # The roles whose ranks hold a model: they alone import torch and join torch.distributed.
-MODEL_ROLES = ("trainer", "generator", "colocated")
+MODEL_ROLES = ("trainer", "generator", "colocated", "critic")
 
 
 def setup_distributed(comm: MPI.Comm, roles_by_rank: list[str], train_role: str) -> Distributed:
@@ -54,10 +55,13 @@ def setup_distributed(comm: MPI.Comm, roles_by_rank: list[str], train_role: str)
     init_torch_distributed(model_comm)
     model_ranks = [r for r, role in enumerate(roles_by_rank) if role in MODEL_ROLES]
     train_ranks = [model_ranks.index(r) for r in table.ranks(train_role)]
+    critic_ranks = [model_ranks.index(r) for r in table.ranks("critic")]
     # new_group is collective over the whole torch world, members or not.
     group = new_group(train_ranks) if len(train_ranks) > 1 else None
+    critics = new_group(critic_ranks) if len(critic_ranks) > 1 else None
     train_group = group if table.role == train_role else None
-    return Distributed(table, mailbox, train_group, liveness_comm, model_comm, gpu_slot=slot)
+    critic_group = critics if table.role == "critic" else None
+    return Distributed(table, mailbox, train_group, liveness_comm, model_comm, critic_group, gpu_slot=slot)
 
 
 def gpu_slot(comm: MPI.Comm, role: str) -> int:

@@ -60,6 +60,7 @@ class ColocatedActor(TrainerActor):
         on_finish=None,
         checkpoints=None,
         resume=None,
+        warmup_steps=0,  # no critic beside colocated ranks (launch.config refuses one)
     ):
         super().__init__(
             mailbox,

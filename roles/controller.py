@@ -14,8 +14,8 @@ everyone after ``run.steps`` steps. Building it sends nothing: its first prompts
 
 With ``eval`` set it also sends evaluation rounds (``roles.evaluation``) through the same
 generators, tagged so that reward ranks return them here instead of to a trainer; training
-prompts keep flowing meanwhile, so an eval costs generator time, not a pause. A run with eval
-evaluates its final policy before it stops, and ``summary.json`` holds the figures.
+prompts keep flowing meanwhile (an eval costs generator time, not a pause). A run with eval
+evaluates its final policy before it stops; ``summary.json`` holds the figures.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from roles.checkpoint.layout import remove_partials
 from roles.checkpoint.plan import CheckpointPlan
 from roles.checkpoint.resume import Resume
 from roles.controller_checkpoints import CoordinatesCheckpoints
+from roles.critic_protocol import CriticDone
 from roles.dispatch import Dispatch
 from roles.evaluation import EvalConfig, EvalRound
 from roles.observe.run_log import RunLog
@@ -66,10 +67,9 @@ class ControllerData:
 
 @dataclass
 class Observers:
-    """What watches the run besides the controller's files: ``progress``, a
-    ``roles.observe.progress.Progress``; ``backends``, the dashboards it feeds
-    (``roles.observe.backends``, started before any work); ``liveness``, a
-    ``runtime.liveness.LivenessMonitor`` of the other ranks' heartbeats (None: not watched)."""
+    """What watches the run besides the controller's files: ``progress``, a ``Progress``
+    (``roles.observe.progress``); ``backends``, the dashboards it feeds (``roles.observe.backends``,
+    started before any work); ``liveness``, a ``runtime.liveness.LivenessMonitor`` (None: none)."""
 
     progress: object = None
     backends: tuple | list = ()
@@ -304,6 +304,11 @@ class ControllerActor(CoordinatesCheckpoints, HandsOutPartialRollouts, ForwardsS
         self.notices.add_scored(m)
         self._log_finished_steps()
 
+    @handles(CriticDone)
+    def on_critic_done(self, env: Envelope) -> None:  # its line waits for the critic's figures too
+        self.notices.add_critic(env.msg.step, env.msg.metrics)
+        self._log_finished_steps()
+
     @handles(StepDone)
     def on_step_done(self, env: Envelope) -> None:
         m: StepDone = env.msg
@@ -323,7 +328,7 @@ class ControllerActor(CoordinatesCheckpoints, HandsOutPartialRollouts, ForwardsS
         """
         P = self.rollout.prompts_per_step
         while (step := len(self.history)) in self._steps_done and self.running:
-            if not self.notices.complete(step, P):
+            if not self.notices.complete(step, P, critic=self.routes.critics > 0):
                 return
             self._step_finished(*self._steps_done.pop(step))
 
@@ -348,6 +353,8 @@ class ControllerActor(CoordinatesCheckpoints, HandsOutPartialRollouts, ForwardsS
             step_s=step_s,
             controller=controller,
         )
+        if (critic := self.notices.pop_critic(m.step)) is not None:  # algorithm.advantage: gae
+            record["critic"] = critic
         self.t_last_step = now
         self._busy_at_last_step, self._handled_at_last_step = self.busy_s, self.messages_handled
         self.log.step(record, shown)

@@ -1,5 +1,5 @@
-"""The controller's part in a checkpoint: it writes its own state, asks the generators and
-reward ranks for theirs, and finalizes the checkpoint once every rank has answered."""
+"""The controller's part in a checkpoint: it writes its own state, asks the generators,
+reward ranks and critic ranks for theirs, and finalizes the checkpoint once every rank has answered."""
 
 from __future__ import annotations
 
@@ -17,9 +17,13 @@ class CoordinatesCheckpoints:
         state = {"position": position, "next_eval_group": self.next_eval_group}
         path = self.checkpoints.write_controller_part(steps, state)
         asked = 0
-        for role in ([] if self.routes.colocated else [self.routes.generate_role]) + ["reward"]:
-            self.mailbox.send_role(role, SaveState(steps_done=steps, path=str(path)))
-            asked += self.routes.generators if role != "reward" else self.routes.rewards
+        ranks = {"reward": self.routes.rewards, "critic": self.routes.critics}
+        if not self.routes.colocated:
+            ranks[self.routes.generate_role] = self.routes.generators
+        for role, n in ranks.items():
+            if n:
+                self.mailbox.send_role(role, SaveState(steps_done=steps, path=str(path)))
+                asked += n
         self._saving[steps] = asked
         if asked == 0:
             self._end_checkpoint(steps)

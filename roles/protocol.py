@@ -113,6 +113,9 @@ class Rollout:
     # flattened, one per run of tokens one version sampled (roles.engines.requests.version_segments);
     # None: every token was sampled by ``policy_version``.
     version_segments: list[np.ndarray] | None = None
+    # Set by the critic (algorithm.advantage: gae): per sample, float32 GAE advantages, one per
+    # response token, which the trainer uses instead of group baselines.
+    token_advantages: list[np.ndarray] | None = None
 
 
 @message
@@ -240,13 +243,15 @@ class Routes:
     generators: int  # ranks of generate_role
     rewards: int
     trainers: int  # ranks of train_role
+    critics: int = 0  # ranks of the value model (algorithm.advantage: gae)
 
     @classmethod
     def of(cls, counts: dict[str, int]) -> Routes:
         """From the role map's ranks per role (``World.counts()``)."""
         colocated = counts.get("colocated", 0) > 0
         gen, train = ("colocated", "colocated") if colocated else ("generator", "trainer")
-        return cls(gen, train, counts.get(gen, 0), counts.get("reward", 0), counts.get(train, 0))
+        ranks = (counts.get(gen, 0), counts.get("reward", 0), counts.get(train, 0), counts.get("critic", 0))
+        return cls(gen, train, *ranks)
 
     @property
     def colocated(self) -> bool:
@@ -262,6 +267,14 @@ class Routes:
     def trainer_for(self, group_id: int) -> Address:
         # Each data-parallel training rank takes a fixed share of every step's groups.
         return Address(self.train_role, group_id % self.trainers)
+
+    def critic_for(self, group_id: int) -> Address:
+        # As for the trainers: each critic rank a fixed share of every step's groups.
+        return Address("critic", group_id % self.critics)
+
+    def scored_for(self, group_id: int) -> Address:
+        """Where a scored training group goes: its critic (for its advantages), else its trainer."""
+        return self.critic_for(group_id) if self.critics else self.trainer_for(group_id)
 
 
 def group_ids(step: int, start: int, n: int, prompts_per_step: int) -> list[int]:

@@ -149,7 +149,7 @@ class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
                 ),
             )
             return
-        self.mailbox.send(self.routes.trainer_for(r.group_id), r)
+        self.mailbox.send(self.routes.scored_for(r.group_id), r)
         components: collections.Counter = collections.Counter()
         for res in results:
             components.update(res.components)

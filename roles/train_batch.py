@@ -48,17 +48,28 @@ class StepBatch:
         """A row for a zero-weight pass: any real one (``first``'s if this rank trains on none)."""
         if self.responses:
             return self.rows(slice(0, 1))
-        return [first.prompt_ids], [first.response_ids[0]], [first.logprobs[0]], [0.0]
+        response = first.response_ids[0]
+        return [first.prompt_ids], [response], [first.logprobs[0]], [np.zeros(len(response), np.float32)]
 
 
 def collect(groups: list[Rollout], algo: TrainerConfig, version: int) -> StepBatch:
-    """The step's groups flattened to rows, each sample with its group advantage."""
+    """The step's groups flattened to rows, each sample with its advantage: its group's
+    (one number), or with ``advantage: gae`` the critic's per-token ones (an array)."""
     batch = StepBatch()
     for g in groups:
         batch.id_sum, batch.id_sqsum = batch.id_sum + g.example_id, batch.id_sqsum + float(g.example_id) ** 2
         batch.rewards.extend(g.rewards)
         batch.staleness.append(version - g.policy_version)
         batch.tokens += sum(len(x) for x in g.response_ids)
+        if algo.advantage == "gae":
+            if g.token_advantages is None:
+                raise RuntimeError(f"group {g.group_id} reached the trainer without the critic's advantages")
+            for ids, lp, a in zip(g.response_ids, g.logprobs, g.token_advantages):
+                batch.prompts.append(g.prompt_ids)
+                batch.responses.append(ids)
+                batch.mus.append(lp)
+                batch.advs.append(np.asarray(a, np.float32))
+            continue
         if algo.skip_zero_advantage and not algo.kl_coef and np.ptp(g.rewards) == 0:
             # Every sample scored the same: all advantages are 0, so the group adds
             # nothing to the gradient. Its tokens still count in the token mean,

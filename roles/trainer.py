@@ -22,6 +22,7 @@ import collections
 import math
 import time
 
+import numpy as np
 import torch
 
 from roles.algorithm import losses
@@ -57,6 +58,7 @@ class TrainerActor(Actor):
         allreduce_grads=False,
         checkpoints: CheckpointPlan | None = None,
         resume: Resume | None = None,
+        warmup_steps: int = 0,
     ):
         """``policy`` holds the (possibly FSDP-sharded) HF causal LM; ``sender`` pushes its weights.
 
@@ -66,6 +68,7 @@ class TrainerActor(Actor):
         passes. ``checkpoints``: where this rank writes its part of a checkpoint when the schedule
         says one is due; ``resume``: the checkpoint to continue from (loaded here: collective
         over the trainers, who all construct their actor at the same point of the set-up).
+        ``warmup_steps``: the first steps only the critic learns on (critic.warmup_steps).
         """
         super().__init__(mailbox)
         self.config = config
@@ -98,6 +101,7 @@ class TrainerActor(Actor):
         self._collect_started: float | None = None
         self.last_metrics: dict[str, float] = {}
         self.checkpoints = checkpoints
+        self.warmup_steps = warmup_steps
         self._preempt = False  # a stop signal reached this rank, or a Preempt message did
         if resume is not None:
             self._resume(resume)
@@ -195,6 +199,12 @@ class TrainerActor(Actor):
             return self._simulated_step(groups)
         t0 = time.perf_counter()
         batch = collect(groups, self.config, self.version)
+        if self.step_index < self.warmup_steps:  # critic-only steps: the policy stays as it is
+            return {
+                **step_metrics(batch, Tally(), 0.0, True, time.perf_counter() - t0),
+                **version_figures(groups, self.version),
+                "critic_warmup": 1.0,
+            }
         # FSDP averages gradients over trainers; scaling by n/total makes that average the
         # token mean over the whole step (ranks' token counts differ).
         scale = self.trainers.size / max(self.trainers.sum(float(batch.tokens)), 1.0)
@@ -227,7 +237,11 @@ class TrainerActor(Actor):
         prompts, responses, mus, advs = rows
         logp, mask = response_logprobs(self.model, prompts, responses, self.temperature)
         mu = pad(mus, 0.0, torch.float32)[:, : logp.shape[1]]
-        adv = torch.tensor(advs, dtype=torch.float32)
+        # One advantage per sample (group baselines), or one per token (a critic's GAE).
+        if len(advs) and not np.isscalar(advs[0]):
+            adv = pad(advs, 0.0, torch.float32)[:, : logp.shape[1]]
+        else:
+            adv = torch.tensor(advs, dtype=torch.float32)
         ref_logp = None
         if self.config.kl_coef:
             with torch.no_grad():

@@ -102,3 +102,18 @@ def new_group(ranks, backend: str | None = None, timeout_s: float | None = None)
     ranks = sorted(int(r) for r in ranks)
     group = dist.new_group(ranks, timeout=timeout, backend=backend)
     return group if dist.get_rank() in ranks else None
+
+
+def agree_max(group, *values: int) -> list[int]:
+    """Each value's maximum over the group's ranks (one small all-reduce): ranks that act in
+    lockstep (a sharded model) agree on what to do next."""
+    t = torch.tensor(values, dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+    return [int(v) for v in t.tolist()]
+
+
+def agree_min(group, *values: int) -> list[int]:
+    """Each value's minimum over the group's ranks (``all`` of flags)."""
+    t = torch.tensor(values, dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group)
+    return [int(v) for v in t.tolist()]

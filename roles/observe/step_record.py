@@ -23,6 +23,7 @@ class StepNotices:
         self.scored = collections.defaultdict(collections.Counter)
         self.components = collections.defaultdict(collections.Counter)  # per step: label -> sum
         self.shown = collections.defaultdict(list)  # per step: the generations shown (samples.jsonl)
+        self.critic: dict[int, dict] = {}  # per step: the critic's figures (algorithm.advantage: gae)
 
     def add_batch(self, m: BatchDone) -> None:
         c = self.gen[m.step]
@@ -46,14 +47,22 @@ class StepNotices:
         self.components[m.step].update(m.components)
         self.shown[m.step].extend(m.shown)
 
-    def complete(self, step: int, groups: int) -> bool:
-        """Whether the generators and the reward ranks have both reported all ``groups`` of ``step``."""
-        return self.gen[step]["groups"] >= groups and self.scored[step]["groups"] >= groups
+    def add_critic(self, step: int, metrics: dict) -> None:
+        self.critic[step] = dict(metrics)
+
+    def complete(self, step: int, groups: int, critic: bool = False) -> bool:
+        """Whether the generators and the reward ranks have both reported all ``groups`` of
+        ``step`` (and the critic its update on it, when there is one)."""
+        done = self.gen[step]["groups"] >= groups and self.scored[step]["groups"] >= groups
+        return done and (not critic or step in self.critic)
 
     def pop(self, step: int) -> tuple:
         """The step's sums (generators', reward ranks', reward components) and its shown samples."""
         shown = sorted(self.shown.pop(step, []), key=lambda r: (r["sample"], r["group_id"]))
         return self.gen.pop(step, {}), self.scored.pop(step, {}), self.components.pop(step, {}), shown
+
+    def pop_critic(self, step: int) -> dict | None:
+        return self.critic.pop(step, None)
 
 
 def step_record(

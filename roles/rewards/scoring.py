@@ -60,7 +60,7 @@ class RewardScoring:
 
     def agree(self, has_work: bool, stopping: bool) -> tuple[bool, bool]:
         """(any reward rank has work, every reward rank is stopping): collective."""
-        from roles.rewards.learned.sharded import agree_max, agree_min
+        from transports.torch_dist import agree_max, agree_min
 
         (work,) = agree_max(self.collective_group, int(has_work))
         (all_stopping,) = agree_min(self.collective_group, int(stopping))

@@ -14,7 +14,9 @@ from roles.sections.base import Section
 class LossConfig(Section):
     """The loss of a training step (part of the role map's ``algorithm:`` section)."""
 
-    loss: Literal["aipo", "grpo"] = "aipo"  # aipo: ratio clipped from above only (LlamaRL)
+    # aipo: ratio clipped from above only (LlamaRL); grpo and ppo: the PPO-clipped surrogate (the
+    # same objective: ppo names it with a critic's GAE advantages, grpo with group baselines)
+    loss: Literal["aipo", "grpo", "ppo"] = "aipo"
     rho: float = Field(4.0, ge=1)  # AIPO's clip on the importance ratio pi/mu; paper: 2..10
     clip_eps: float = Field(0.2, gt=0, lt=1)  # GRPO's PPO clip range: ratio kept in [1-eps, 1+eps]
     # GRPO's weight of the k3 KL to the reference policy (the model.path weights, kept frozen on
@@ -23,9 +25,9 @@ class LossConfig(Section):
 
     @model_validator(mode="after")
     def _kl_with_grpo(self) -> LossConfig:
-        if self.kl_coef and self.loss != "grpo":
+        if self.kl_coef and self.loss == "aipo":
             raise ValueError(
-                f"algorithm.kl_coef ({self.kl_coef}) applies to loss: grpo only (AIPO has no KL term); "
+                f"algorithm.kl_coef ({self.kl_coef}) applies to loss: grpo or ppo only (AIPO has no KL term); "
                 f"loss is {self.loss!r}"
             )
         return self
@@ -41,7 +43,13 @@ class SimTrainConfig(Section):
 class TrainerConfig(LossConfig):
     """The role map's ``algorithm:`` section: the loss, the advantage and the optimisation."""
 
-    advantage: Literal["group_mean", "group_std", "leave_one_out"] = "group_mean"  # baseline
+    # group_*, leave_one_out: each sample against the other samples of its prompt; gae: per
+    # token, from a critic's values (world.critic ranks, the critic: section)
+    advantage: Literal["group_mean", "group_std", "leave_one_out", "gae"] = "group_mean"
+    gamma: float = Field(1.0, ge=0, le=1)  # GAE's discount per token
+    lam: float = Field(0.95, ge=0, le=1)  # GAE's lambda: 0 one-step TD, 1 Monte Carlo returns
+    # GAE: scale each step's advantages to mean 0, std 1 over its tokens (PPO's whitening)
+    whiten_advantages: bool = True
     lr: float = Field(3.0e-5, gt=0)  # AdamW learning rate
     weight_decay: float = Field(0.0, ge=0)  # AdamW's decoupled weight decay
     grad_clip: float = Field(1.0, ge=0)  # max gradient norm; 0 disables clipping

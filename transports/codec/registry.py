@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
-SCHEMA_VERSION = (
-    4  # 2: lists of small 1-d arrays travel as one ragged extension; 3: example ids, eval tags; 4: streaming
-)
+# 2: lists of small 1-d arrays travel as one ragged extension; 3: example ids, eval tags;
+# 4: streaming; 5: a critic's per-token advantages on a Rollout
+SCHEMA_VERSION = 5
 
 
 class CodecError(ValueError):

@@ -118,7 +118,7 @@ class RewardModel(LearnedReward):
         batches = micro_batches([len(ids[i]) for i in order], self.config.tokens_per_batch)
         passes = len(batches)
         if self.collective:  # as many passes as the busiest reward rank, placeholders after ours
-            from roles.rewards.learned.sharded import agree_max
+            from transports.torch_dist import agree_max
 
             (passes,) = agree_max(self.context.group, passes)
         for k in range(passes):

@@ -4,7 +4,7 @@ that sharing it needs.
 Each reward rank scores its own groups, but every forward pass all-gathers each layer from
 all of them: the reward ranks must run the same number of forward passes, at the same time.
 So when the model is sharded the ranks agree, once per turn of their loops, whether any of
-them has groups to score (``agree``); if one has, all score together, a rank without work
+them has groups to score (``RewardScoring.agree``); if one has, all score together, a rank without work
 running a one-token placeholder row for each micro-batch the busiest rank has. A rank that is
 stopping keeps taking part until every rank is stopping (``roles.reward``).
 """
@@ -36,16 +36,3 @@ def shard_for_scoring(model: torch.nn.Module, group, device: torch.device) -> No
     for layer in spec_for(model).decoder_layers(model):
         fully_shard(layer, mesh=mesh, reshard_after_forward=True)
     fully_shard(model, mesh=mesh, reshard_after_forward=True)
-
-
-def agree_max(group, *values: int) -> list[int]:
-    """Each value's maximum over the group's ranks (one small all-reduce)."""
-    t = torch.tensor(values, dtype=torch.int64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
-    return [int(v) for v in t.tolist()]
-
-
-def agree_min(group, *values: int) -> list[int]:
-    t = torch.tensor(values, dtype=torch.int64)
-    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group)
-    return [int(v) for v in t.tolist()]
