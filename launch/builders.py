@@ -141,7 +141,6 @@ def _controller(ctx: BuildContext):
         ),
         checkpoints=cfg.checkpoints(),  # every_steps 0: only on a stop signal
         resume=ctx.resume,
-        warmup_steps=cfg.critic.warmup_steps if cfg.world.critic.ranks else 0,
     )
 
 
@@ -284,10 +283,33 @@ def _colocated(ctx: BuildContext):
     )
 
 
+def _critic(ctx: BuildContext):
+    from roles.critic import CriticActor
+    from roles.value.model import ValueModel
+
+    cfg = ctx.cfg
+    value_model = ValueModel(
+        cfg.critic.path or cfg.model.path, cfg.critic.dtype or cfg.model.dtype, ctx.dist.critic_group, cfg.critic
+    )
+    return CriticActor(
+        ctx.dist.mailbox,
+        cfg.critic,
+        cfg.algorithm,
+        rollout=cfg.rollout,
+        schedule=ctx.schedule,
+        routes=ctx.routes,
+        value_model=value_model,
+        group=ctx.dist.critic_group,
+        checkpoints=cfg.checkpoints(),
+        resume=ctx.resume,
+    )
+
+
 _BUILDERS = {
     "controller": _controller,
     "generator": _generator,
     "reward": _reward,
     "trainer": _trainer,
     "colocated": _colocated,
+    "critic": _critic,
 }

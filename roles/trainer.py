@@ -61,15 +61,11 @@ class TrainerActor(Actor):
         warmup_steps: int = 0,
     ):
         """``policy`` holds the (possibly FSDP-sharded) HF causal LM; ``sender`` pushes its weights.
-
-        ``rollout``: the step's shape (groups per step) and the sampling temperature, which the
-        trainer's log-probs must use too. ``allreduce_grads``: the model is a full replica per
-        rank (not FSDP), so gradients are averaged over ``dp_group`` explicitly after the backward
-        passes. ``checkpoints``: where this rank writes its part of a checkpoint when the schedule
-        says one is due; ``resume``: the checkpoint to continue from (loaded here: collective
-        over the trainers, who all construct their actor at the same point of the set-up).
-        ``warmup_steps``: the first steps only the critic learns on (critic.warmup_steps).
-        """
+        ``rollout``: the step's shape and the sampling temperature (the log-probs use it too).
+        ``allreduce_grads``: the model is a full replica per rank (not FSDP): gradients are
+        averaged over ``dp_group`` after the backward passes. ``checkpoints``: where this rank
+        writes its part of a checkpoint; ``resume``: the checkpoint to continue from (loaded
+        here, collectively over the trainers). ``warmup_steps``: critic.warmup_steps."""
         super().__init__(mailbox)
         self.config = config
         self.temperature = rollout.temperature
