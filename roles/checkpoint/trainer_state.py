@@ -23,36 +23,39 @@ def single_process_is_meant():
 
 
 @contextlib.contextmanager
-def dcp_errors_named(action: str, path):
+def dcp_errors_named(action: str, path, role: str = "trainer"):
     """DCP raises a ``CheckpointException`` (a BaseException, so ``except Exception`` misses it)
-    whose text is every rank's traceback; turn it into one line per failed rank."""
+    whose text is every rank's traceback; turn it into one line per failed rank (of ``role``)."""
     from torch.distributed.checkpoint.api import CheckpointException
 
     try:
         yield
     except CheckpointException as e:
         causes = "; ".join(
-            f"trainer {rank}: {type(exc).__name__}: {exc}" for rank, (exc, _trace) in sorted(e.failures.items())
+            f"{role} {rank}: {type(exc).__name__}: {exc}" for rank, (exc, _trace) in sorted(e.failures.items())
         )
         first = next(iter(e.failures.values()))[0]
         raise CheckpointIOError(f"{action} {path} failed ({causes})") from first
 
 
-def save_trainer_state(path: str | Path, model, optimizer, group) -> None:
-    """The model's and optimizer's shards into ``path/trainer``. Collective over ``group``
-    (the training ranks; None when there is one: then no other rank takes part)."""
+def save_trainer_state(
+    path: str | Path, model, optimizer, group, *, shards: str = TRAINER_SHARDS, role: str = "trainer"
+) -> None:
+    """The model's and optimizer's shards into ``path/trainer`` (``path/<shards>``: the critic's
+    are beside them). Collective over ``group`` (the training ranks; None when there is one:
+    then no other rank takes part)."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     from roles.checkpoint.storage.raw_shards import RawShardWriter
 
     model_state, optim_state = get_state_dict(model, optimizer)
-    with single_process_is_meant(), dcp_errors_named("saving the trainer state into", path):
+    with single_process_is_meant(), dcp_errors_named(f"saving the {role} state into", path, role):
         dcp.save(
             {"model": model_state, "optim": optim_state},
             # One file of raw tensor bytes per rank, written with direct I/O (storage/): no
             # torch.save archive per tensor, no page cache.
-            storage_writer=RawShardWriter(Path(path) / TRAINER_SHARDS),
+            storage_writer=RawShardWriter(Path(path) / shards),
             # A run's saves all have the same layout: reusing the first save's global plan
             # spares later ones the coordinator's gather-plan-scatter round. A changed plan is
             # detected and planned afresh. The cache is per process, and the ranks decide from
@@ -64,9 +67,11 @@ def save_trainer_state(path: str | Path, model, optimizer, group) -> None:
         )
 
 
-def load_trainer_state(path: str | Path, model, optimizer, group) -> None:
-    """Load ``path/trainer`` into ``model`` and ``optimizer`` as they are sharded now (any number
-    of trainers: torch.distributed.checkpoint reshards). Collective over ``group``."""
+def load_trainer_state(
+    path: str | Path, model, optimizer, group, *, shards: str = TRAINER_SHARDS, role: str = "trainer"
+) -> None:
+    """Load ``path/trainer`` (``path/<shards>``) into ``model`` and ``optimizer`` as they are
+    sharded now (any number of ranks: torch.distributed.checkpoint reshards). Collective over ``group``."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
@@ -74,10 +79,10 @@ def load_trainer_state(path: str | Path, model, optimizer, group) -> None:
 
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
-    with single_process_is_meant(), dcp_errors_named("loading the trainer state from", path):
+    with single_process_is_meant(), dcp_errors_named(f"loading the {role} state from", path, role):
         dcp.load(
             state,
-            storage_reader=RawShardReader(Path(path) / TRAINER_SHARDS),
+            storage_reader=RawShardReader(Path(path) / shards),
             process_group=group,
             no_dist=group is None,
         )

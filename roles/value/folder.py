@@ -1,29 +1,83 @@
-"""Whether a model folder can carry a value head, read from its config.json alone.
+"""Whether a model folder can become a value model: its config.json's ``model_type`` has a
+token-classification class in transformers (``AutoModelForTokenClassification``: the decoder
+with a per-token linear head, here of one label).
 
-Apart from the value model's loading so that the role map's checks (run on the controller,
-which never imports torch) stay light.
+Runs in the role map's check, on the controller's rank, which must not import torch: the
+transformers table is read from its source as text, and only a ``model_type`` missing there
+costs the import of the live mapping (which also holds plug-ins' registrations). Knows
+nothing of weights: a folder that passes may still lack them (the loader says).
 """
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import json
+from functools import cache
 from pathlib import Path
 
+TABLE = "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES"
 
-def check_value_model_folder(path: str) -> None:
-    """A ``ValueError`` unless ``path`` holds a config.json of a model family that transformers
-    can build with a token-classification (per-token scalar) head."""
-    config_file = Path(path) / "config.json"
+
+def check_value_model_folder(path: str | Path) -> str:
+    """The token-classification class name (e.g. ``LlamaForTokenClassification``) of the model
+    folder ``path``, or a ValueError whose message reads after the field's name ("critic.path: ")."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise ValueError(f"{str(path)!r} is not a folder (a Hugging Face model folder is needed)")
+    config_file = folder / "config.json"
     if not config_file.is_file():
-        raise ValueError(f"{path!r} is not a Hugging Face model folder (no config.json)")
+        raise ValueError(f"{str(path)!r} has no config.json: not a Hugging Face model folder")
     try:
-        model_type = json.loads(config_file.read_text()).get("model_type")
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{config_file}: cannot read it ({e})") from None
-    from transformers.models.auto.modeling_auto import MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES
-
-    if model_type not in MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{str(config_file)!r} cannot be read as JSON ({e})") from None
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if not isinstance(model_type, str) or not model_type:
+        raise ValueError(f"{str(config_file)!r} names no model_type, so no value head can be put on its model")
+    name = token_classification_class(model_type)
+    if name is None:
         raise ValueError(
-            f"{path!r}: its architecture (model_type {model_type!r}) cannot carry a value head "
-            "(transformers has no token-classification model of that family)"
+            f"{str(path)!r} is a {model_type!r} model, which transformers has no token-classification "
+            "class for: it cannot carry a value head (one scalar per token); use a decoder such as "
+            "llama or qwen2"
         )
+    return name
+
+
+def token_classification_class(model_type: str) -> str | None:
+    """transformers' token-classification class name for ``model_type``, or None if it has none."""
+    table = _table_from_source()
+    if table is not None and model_type in table:
+        return table[model_type]
+    try:  # imports torch: only for a name the source table lacks
+        from transformers.models.auto.modeling_auto import MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES
+    except Exception:  # noqa: BLE001 - a transformers laid out otherwise: the table read is all we have
+        return None
+    return MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES.get(model_type)
+
+
+@cache
+def _table_from_source() -> dict[str, str] | None:
+    """The table as written in transformers' ``models/auto/modeling_auto.py``, read without
+    importing it (None if that file is not laid out as expected)."""
+    spec = importlib.util.find_spec("transformers")  # finds the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    source = Path(spec.submodule_search_locations[0]) / "models" / "auto" / "modeling_auto.py"
+    try:
+        tree = ast.parse(source.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == TABLE for t in node.targets)
+            and isinstance(node.value, ast.Call)
+            and node.value.args
+        ):
+            try:  # OrderedDict([(model_type, class name), ...])
+                return dict(ast.literal_eval(node.value.args[0]))
+            except (ValueError, TypeError):
+                return None
+    return None
