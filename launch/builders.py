@@ -285,11 +285,14 @@ def _colocated(ctx: BuildContext):
 
 def _critic(ctx: BuildContext):
     from roles.critic import CriticActor
-    from roles.value.model import ValueModel
+    from roles.value.model import load_value_model
+    from roles.value.training import ValueModel
 
-    cfg = ctx.cfg
+    cfg, c, group = ctx.cfg, ctx.cfg.critic, ctx.dist.critic_group
+    # On the device the trainers train on (the CPU), like the policy.
+    model = load_value_model(c.path or cfg.model.path, c.dtype or cfg.model.dtype, group)
     value_model = ValueModel(
-        cfg.critic.path or cfg.model.path, cfg.critic.dtype or cfg.model.dtype, ctx.dist.critic_group, cfg.critic
+        model, group, lr=c.lr, weight_decay=c.weight_decay, grad_clip=c.grad_clip, micro_batch=c.micro_batch
     )
     return CriticActor(
         ctx.dist.mailbox,
@@ -299,7 +302,7 @@ def _critic(ctx: BuildContext):
         schedule=ctx.schedule,
         routes=ctx.routes,
         value_model=value_model,
-        group=ctx.dist.critic_group,
+        group=group,
         checkpoints=cfg.checkpoints(),
         resume=ctx.resume,
     )

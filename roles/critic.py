@@ -26,8 +26,6 @@ from roles.protocol import CONTROLLER, ForwardsStopSignals, Rollout, SaveState, 
 from roles.sections.critic import CriticConfig
 from runtime import Actor, Envelope, handles
 
-CRITIC_DIR = "critic"  # the value model's part of a checkpoint folder
-
 
 class CriticActor(ForwardsStopSignals, Actor):
     Config = CriticConfig  # the role map's critic: section
@@ -60,7 +58,7 @@ class CriticActor(ForwardsStopSignals, Actor):
         self.saved: set[int] = set()  # checkpoints written (with the other critic ranks)
         self.is_leader = mailbox.role_table.index == 0
         if resume is not None:
-            self.model.load(resume.path / CRITIC_DIR)
+            self.model.load(resume.path)  # its critic/ folder
             self.step_index = resume.steps_done
 
     @handles(Rollout)
@@ -83,7 +81,7 @@ class CriticActor(ForwardsStopSignals, Actor):
         ready, save, all_stopping = self._agree(ready, save, stopping)
         did = False
         if save >= 0 and save not in self.saved:
-            self.model.save(self.checkpoints.partial(save) / CRITIC_DIR)
+            self.model.save(self.checkpoints.partial(save))  # into its critic/ folder
             self.saved.add(save)
             self._answer()
             did = True

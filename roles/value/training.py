@@ -21,10 +21,10 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import FSDPModule
 
+from roles.algorithm.gae import value_loss
 from roles.train_batch import pad
 from roles.trainer_group import TrainerGroup
 from roles.value.forward import response_values
-from roles.value.loss import value_loss
 from runtime.loop_clock import LOOP
 
 
@@ -125,7 +125,7 @@ class ValueModel:
         # FSDP averages gradients over the ranks: times their number, the sum of the ranks' shares.
         (loss * (self.ranks.size * weight)).backward()
         value_sum = values.detach().masked_fill(~mask, 0.0).sum()
-        return np.array([float(loss.detach()), float(m["value_clipped_tokens"]), float(value_sum)]) * weight
+        return np.array([float(loss.detach()), float(m["value_clip_frac"]) * total, float(value_sum)]) * weight
 
     def _apply_update(self, loss: float) -> tuple[float, bool]:
         """Clip, and step if the loss and gradient are finite on every critic rank; the gradient
