@@ -267,7 +267,7 @@ def cmd_advise(args) -> int:
 
 
 def cmd_export(args) -> int:
-    from roles.checkpoint.export import export_hf
+    from roles.checkpoint.export import export_critic_hf, export_hf
     from roles.checkpoint.layout import CheckpointIOError
     from roles.checkpoint.resume import resolve_checkpoint_path
 
@@ -292,7 +292,7 @@ def cmd_export(args) -> int:
         print(f"mpirl: export: {problem}", file=sys.stderr)
         return config.EXIT_CONFIG
     try:
-        out = export_hf(path, args.out)
+        out = (export_critic_hf if args.critic else export_hf)(path, args.out)
     except (FileNotFoundError, CheckpointIOError) as e:  # not a checkpoint, or a damaged one
         print(f"mpirl: export: {e}", file=sys.stderr)
         return config.EXIT_CONFIG
@@ -389,6 +389,9 @@ def _add_export(sub) -> None:
         action="store_true",
         help="write into OUT even if it holds files: those of the names export writes (model.safetensors, "
         "config.json, generation_config.json, the tokenizer's) are overwritten, the others kept",
+    )
+    p.add_argument(
+        "--critic", action="store_true", help="write the value model (a run with critic ranks) instead of the policy"
     )
     p.set_defaults(fn=cmd_export)
 

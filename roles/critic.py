@@ -8,9 +8,11 @@ value model trained on steps < s, so the critic is never more than one update be
 Several critic ranks shard the value model (FSDP2) and so run in lockstep: once per turn of
 their loops they agree (one small all-reduce) whether all have their share of the next step,
 whether a checkpoint is to be written, and whether all are stopping; they act on it together.
-A checkpoint holds the value model and its optimizer (``<checkpoint>/critic``), written at the
-first turn at which any critic rank has been asked for it; at ``max_staleness: 0`` that is
-right after the step the checkpoint ends with.
+A checkpoint holds the value model and its optimizer (``<checkpoint>/critic``). One the
+schedule has due (``checkpoint.every_steps``) is written right after the step it ends with,
+before the controller asks (the next step's groups may come first); one it has not (a stop
+signal's) at the first turn at which any critic rank has been asked for it, which in
+asynchronous mode may be a step later (such a resume is not bit-identical).
 """
 
 from __future__ import annotations
@@ -88,6 +90,12 @@ class CriticActor(ForwardsStopSignals, Actor):
         if ready:
             self._critic_step(self.buffers.pop(self.step_index))
             self.step_index += 1
+            # A checkpoint the schedule says ends with this step holds the value model as it is
+            # now, before the next step's update (which may come before the controller asks).
+            if self.checkpoints is not None and self.schedule.checkpoint_due(self.step_index):
+                self.model.save(self.checkpoints.partial(self.step_index))
+                self.saved.add(self.step_index)
+                self._answer()
             did = True
         return did, all_stopping
 

@@ -1,4 +1,5 @@
-"""A checkpoint's policy written as a plain Hugging Face model folder (``mpirl export``)."""
+"""A checkpoint's policy, or its value model, written as a plain Hugging Face model folder
+(``mpirl export``, ``mpirl export --critic``)."""
 
 from __future__ import annotations
 
@@ -16,19 +17,41 @@ def export_hf(path: str | Path, out: str | Path) -> Path:
     Runs in one process without torch.distributed: the trainers' shards, however many wrote
     them, are read into one whole model (the optimizer state is not read).
     """
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
-
-    from roles.checkpoint.storage.raw_shards import RawShardReader
     from roles.models import ModelConfig
     from roles.policy.model import Policy, load_model
 
     path = Path(path)
+    saved = _saved_config(path)
+    model_cfg = ModelConfig.model_construct(**saved["model"])
+    model = load_model(model_cfg)
+    _read_shards(model, path, TRAINER_SHARDS, "the policy")
+    Policy(model, model_cfg.path, sharded=False).save(out, is_leader=True)
+    return Path(out)
+
+
+def export_critic_hf(path: str | Path, out: str | Path) -> Path:
+    """Write the value model of checkpoint ``path`` (a run with critic ranks) as a Hugging Face
+    folder (``*ForTokenClassification``, one label; the policy's tokenizer), which the
+    ``critic.path`` of another run can start from. One process, as ``export_hf``."""
+    from roles.value.checkpoint import CRITIC_SHARDS, export_value_model
+    from roles.value.model import load_value_model
+
+    path = Path(path)
+    saved = _saved_config(path)
+    if not (path / CRITIC_SHARDS).is_dir():
+        raise CheckpointIOError(f"{path} holds no value model: the run had no critic ranks (world.critic)")
+    critic = saved.get("critic") if isinstance(saved.get("critic"), dict) else {}
+    start = critic.get("path") or saved["model"]["path"]
+    model = load_value_model(start, critic.get("dtype") or saved["model"].get("dtype", "float32"))
+    _read_shards(model, path, CRITIC_SHARDS, "the value model")
+    return export_value_model(model, out, tokenizer_dir=saved["model"]["path"])
+
+
+def _saved_config(path: Path) -> dict:
+    """The checkpoint's role map, once its model folder (architecture, tokenizer) is found here."""
     if not is_complete(path):
         raise FileNotFoundError(f"{path} is not a complete checkpoint (no {COMPLETE} file)")
     saved = read_saved_config(path)
-    shards = path / TRAINER_SHARDS
-    read_shard_index(shards)
     # The architecture and tokenizer come from the run's model folder; the weights from here.
     model_path = saved.get("model", {}).get("path") if isinstance(saved.get("model"), dict) else None
     if not isinstance(model_path, str) or not (Path(model_path) / "config.json").is_file():
@@ -36,16 +59,24 @@ def export_hf(path: str | Path, out: str | Path) -> Path:
             f"{path}/{SAVED_CONFIG}: its model.path {model_path!r}, whose architecture and tokenizer export "
             "writes with the checkpoint's weights, is not a model folder here (moved or removed?)"
         )
-    model_cfg = ModelConfig.model_construct(**saved["model"])
-    model = load_model(model_cfg)
+    return saved
+
+
+def _read_shards(model, path: Path, folder: str, what: str) -> None:
+    """``path/folder``'s shards, however many ranks wrote them, into ``model`` (whole)."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+    from roles.checkpoint.storage.raw_shards import RawShardReader
+
+    shards = path / folder
+    read_shard_index(shards)
     state = {"model": get_model_state_dict(model)}
     # A shard file cut short is DCP's CheckpointException (named by dcp_errors_named); anything
     # else that fails here names the checkpoint too, rather than escape as a traceback.
-    with single_process_is_meant(), dcp_errors_named("reading the policy from", path):
+    with single_process_is_meant(), dcp_errors_named(f"reading {what} from", path):
         try:
             dcp.load(state, storage_reader=RawShardReader(shards), no_dist=True)
         except Exception as e:  # noqa: BLE001 - a damaged file raises any of many types
-            raise CheckpointIOError(f"reading the policy from {path} failed ({type(e).__name__}: {e})") from e
+            raise CheckpointIOError(f"reading {what} from {path} failed ({type(e).__name__}: {e})") from e
     set_model_state_dict(model, state["model"])
-    Policy(model, model_cfg.path, sharded=False).save(out, is_leader=True)
-    return Path(out)

@@ -70,11 +70,15 @@ def _weights(run_dir: Path) -> dict:
     return load_file(str(run_dir / "policy" / "model.safetensors"))
 
 
+# A run with a critic (PPO, GAE): its value model and optimizer are checkpointed too.
+CRITIC = {"world": {"critic": 1}, "algorithm": {"advantage": "gae", "loss": "ppo"}}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["batch", "stream"])
+@pytest.mark.parametrize("mode", ["batch", "stream", "critic"])
 def test_a_killed_run_resumes_bit_identically_at_staleness_0(tmp_path, sft_model, mode):
     whole, broken = tmp_path / "whole", tmp_path / "broken"
-    rollout = {"rollout": {"mode": mode}}
+    rollout = CRITIC if mode == "critic" else {"rollout": {"mode": mode}}
     recipe.run_job(_config(whole, sft_model, 0, **rollout), timeout_s=JOB_TIMEOUT_S, quiet=True)
     _kill_after_checkpoint(_config(broken, sft_model, 0, **rollout), broken, steps_done=4)
     recipe.run_job(_config(broken, sft_model, 0, **rollout), timeout_s=JOB_TIMEOUT_S, quiet=True)  # resume: auto
@@ -85,6 +89,7 @@ def test_a_killed_run_resumes_bit_identically_at_staleness_0(tmp_path, sft_model
         for key in ("reward_mean", "loss", "correct_mean", "tokens", "policy_version"):
             assert x[key] == y[key], (x["step"], key, x[key], y[key])
         assert x["trainer"]["example_id_sum"] == y["trainer"]["example_id_sum"]
+        assert x.get("critic", {}).get("value_loss") == y.get("critic", {}).get("value_loss")
     wa, wb = _weights(whole), _weights(broken)
     assert wa.keys() == wb.keys()
     for name in wa:
@@ -102,6 +107,18 @@ def test_a_killed_run_resumes_bit_identically_at_staleness_0(tmp_path, sft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     AutoModelForCausalLM.from_pretrained(str(exported)), AutoTokenizer.from_pretrained(str(exported))
+    if mode == "critic":  # mpirl export --critic: the value model, loadable as critic.path
+        from roles.value.model import load_value_model
+
+        value_dir = tmp_path / "value"
+        subprocess.run(
+            [*cli[:-1], str(value_dir), "--critic"],
+            check=True,
+            timeout=300,
+            capture_output=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )
+        assert load_value_model(value_dir, "float32").config.num_labels == 1
     summary = json.loads((broken / "summary.json").read_text())
     assert summary["steps"] == STEPS  # the summary covers the whole run, not just its second part
     assert summary["train_reward_first10"] == json.loads((whole / "summary.json").read_text())["train_reward_first10"]
