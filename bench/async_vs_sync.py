@@ -11,7 +11,11 @@ mostly idle), with one torch thread per rank:
 - ``async``: the same ranks with ``max_staleness: 1`` (LlamaRL's one-step off-policy);
 - ``sync_stream`` and ``async_stream``: the last two with streamed rollouts
   (``rollout.mode: stream``); ``*_stream_over_batch`` is their step time over the batch
-  generator's, which on this uniform-length workload must stay within 3%.
+  generator's, which on this uniform-length workload must stay within 3%;
+- ``ppo_sync`` and ``ppo_async``: PPO with a critic rank (GAE advantages from a value model
+  the size of the policy) in place of group baselines; ``ppo_async_over_async`` is what the
+  critic costs the asynchronous step (its work overlaps the trainer's), and
+  ``ppo_async_reward_minus_async`` PPO's final reward against GRPO-style AIPO's.
 
 From the disaggregated sync run it takes the generation time ``t_gen`` and the training
 time ``t_train`` of a step; overlapping the two can at best turn ``t_gen + t_train`` into
@@ -52,6 +56,8 @@ WORKLOAD = {
     "algorithm": {"micro_batch": 256},
 }
 
+PPO = {"world": {"critic": 1}, "algorithm": {"advantage": "gae", "loss": "ppo"}, "critic": {"lr": 1.0e-3}}
+
 MODES = {
     "colocated_sync": {"world": {"generator": {"ranks": 0}, "trainer": 0, "colocated": 2}, "run": {"max_staleness": 0}},
     "sync": {"run": {"max_staleness": 0}},
@@ -60,6 +66,10 @@ MODES = {
     # workload they must not be slower than the batch generator
     "sync_stream": {"run": {"max_staleness": 0}, "rollout": {"mode": "stream"}},
     "async_stream": {"run": {"max_staleness": 1}, "rollout": {"mode": "stream"}},
+    # PPO: a critic rank computes GAE advantages from a value model (algorithm.advantage: gae),
+    # synchronous and asynchronous; against "sync" and "async" (group baselines, no critic)
+    "ppo_sync": {"run": {"max_staleness": 0}, **PPO},
+    "ppo_async": {"run": {"max_staleness": 1}, **PPO},
 }
 
 
@@ -124,6 +134,21 @@ def figures(runs: dict[str, list[dict]], warmup: int) -> dict[str, float]:
         "sync_stream_over_batch": step["sync_stream"] / step["sync"],
         "async_stream_over_batch": step["async_stream"] / step["async"],
         "async_stream_reward": final_reward(runs["async_stream"]),
+        **_ppo_figures(runs, step, final_reward),
+    }
+
+
+def _ppo_figures(runs: dict, step: dict, final_reward) -> dict[str, float]:
+    """The critic's cost (its step time over the same job's without one) and PPO's reward."""
+    if "ppo_async" not in runs:
+        return {}
+    return {
+        "ppo_sync_step_s": step["ppo_sync"],
+        "ppo_async_step_s": step["ppo_async"],
+        "ppo_sync_over_sync": step["ppo_sync"] / step["sync"],
+        "ppo_async_over_async": step["ppo_async"] / step["async"],  # the critic's cost (target <= 1.1)
+        "ppo_async_reward": final_reward(runs["ppo_async"]),
+        "ppo_async_reward_minus_async": final_reward(runs["ppo_async"]) - final_reward(runs["async"]),
     }
 
 

@@ -39,3 +39,25 @@ def test_ppo_with_a_critic_learns_the_arith_demo(tmp_path, sft_model):
     after = arith.heldout_accuracy(tmp_path / "run" / "policy")
     print(f"PPO with a critic: held-out {before:.3f} -> {after:.3f}")
     assert after >= before + 0.05, (before, after)
+
+
+def test_aipo_takes_gae_advantages_and_the_policy_waits_for_the_critics_warm_up(tmp_path, sft_model):
+    """AIPO (ratio clipped from above) with a critic's per-token advantages, two critic ranks
+    sharding the value model, and two critic-only steps first: the policy's weights do not
+    move until the critic has warmed up, then they do."""
+    steps = 6
+    metrics = _run(
+        tmp_path,
+        sft_model,
+        steps,
+        world={"critic": 2},
+        algorithm={"loss": "aipo"},
+        rollout={"prompts_per_step": 4},
+        critic={"warmup_steps": 2, "updates_per_step": 2},
+    )
+    assert [m["step"] for m in metrics] == list(range(steps))
+    warm = [m["trainer"].get("critic_warmup", 0.0) for m in metrics]
+    assert warm == [1.0, 1.0, 0.0, 0.0, 0.0, 0.0]
+    assert all(m["trainer"]["grad_norm"] == 0.0 for m in metrics[:2])
+    assert all(m["trainer"]["grad_norm"] > 0.0 for m in metrics[2:])
+    assert all(m["critic"]["grad_norm"] > 0.0 for m in metrics)  # the critic learns from the first step
