@@ -69,7 +69,7 @@ def build_actor(cfg: RoleMap, dist: Distributed, prepared: Prepared | None = Non
             cfg.model,
             dist.train_group,
             shard=table.role == "trainer" and dist.train_group is not None,
-            reference=cfg.algorithm.kl_coef > 0,
+            reference=cfg.algorithm.kl_in_loss,
         )
     elif table.role == "generator":
         # Before the exchange below: it loads while the trainers load the policy.
@@ -294,6 +294,11 @@ def _critic(ctx: BuildContext):
     value_model = ValueModel(
         model, group, lr=c.lr, weight_decay=c.weight_decay, grad_clip=c.grad_clip, micro_batch=c.micro_batch
     )
+    kl_penalty = None
+    if cfg.algorithm.kl_coef > 0:  # the per-token KL in the reward, against model.path's weights
+        from roles.critic_reference import KLPenalty
+
+        kl_penalty = KLPenalty(cfg.model, group, cfg.algorithm.kl_coef, cfg.rollout.temperature, c.micro_batch)
     return CriticActor(
         ctx.dist.mailbox,
         cfg.critic,
@@ -305,6 +310,7 @@ def _critic(ctx: BuildContext):
         group=group,
         checkpoints=cfg.checkpoints(),
         resume=ctx.resume,
+        kl_penalty=kl_penalty,
     )
 
 

@@ -45,14 +45,17 @@ class CriticActor(ForwardsStopSignals, Actor):
         group=None,
         checkpoints=None,
         resume=None,
+        kl_penalty=None,
     ):
         """``value_model``: ``values``, ``train_step``, ``save``, ``load`` (``roles.value``);
         ``algorithm``: the role map's ``algorithm:`` section (gamma, lam, whitening);
-        ``group``: the critic ranks' process group (None: one critic)."""
+        ``group``: the critic ranks' process group (None: one critic); ``kl_penalty``: a
+        ``roles.critic_reference.KLPenalty`` when ``algorithm.kl_coef`` > 0."""
         super().__init__(mailbox)
         self.config, self.algorithm = config, algorithm
         self.schedule, self.routes, self.model, self.group = schedule, routes, value_model, group
         self.checkpoints = checkpoints
+        self.kl_penalty = kl_penalty
         self.groups_per_rank = rollout.prompts_per_step // routes.critics
         self.buffers: dict[int, list[Rollout]] = collections.defaultdict(list)
         self.step_index = 0
@@ -121,7 +124,11 @@ class CriticActor(ForwardsStopSignals, Actor):
         rewards = [float(r) for g in groups for r in g.rewards]
         with self.spans.span("values"):
             values = self.model.values(prompts, responses)
-        advantages, returns = gae_batch(values, rewards, self.algorithm.gamma, self.algorithm.lam)
+        token_rewards = None
+        if self.kl_penalty is not None:
+            mus = [lp for g in groups for lp in g.logprobs]
+            token_rewards = self.kl_penalty.token_rewards(prompts, responses, mus)
+        advantages, returns = gae_batch(values, rewards, self.algorithm.gamma, self.algorithm.lam, token_rewards)
         if self.algorithm.whiten_advantages:
             advantages = self._whiten(advantages)
         start = 0
@@ -141,6 +148,9 @@ class CriticActor(ForwardsStopSignals, Actor):
             "values_s": values_s,
             "critic_train_s": time.perf_counter() - t0 - values_s,
         }
+        if token_rewards:  # k1 KL(mu || ref) per token, over this rank's share
+            tokens = max(sum(len(t) for t in token_rewards), 1)
+            metrics["kl_ref_mean"] = -float(sum(t.sum() for t in token_rewards)) / self.kl_penalty.kl_coef / tokens
         if self.is_leader:
             self.mailbox.send(CONTROLLER, CriticDone(step=groups[0].step, metrics=metrics))
 

@@ -70,7 +70,7 @@ def collect(groups: list[Rollout], algo: TrainerConfig, version: int) -> StepBat
                 batch.mus.append(lp)
                 batch.advs.append(np.asarray(a, np.float32))
             continue
-        if algo.skip_zero_advantage and not algo.kl_coef and np.ptp(g.rewards) == 0:
+        if algo.skip_zero_advantage and not algo.kl_in_loss and np.ptp(g.rewards) == 0:
             # Every sample scored the same: all advantages are 0, so the group adds
             # nothing to the gradient. Its tokens still count in the token mean,
             # which keeps the update exactly what training on it would give.

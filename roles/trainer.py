@@ -73,7 +73,7 @@ class TrainerActor(Actor):
         self.routes = routes
         self.model = policy.model
         self.reference = getattr(policy, "reference", None)  # frozen; GRPO's KL anchor
-        if config.kl_coef and self.reference is None:
+        if config.kl_in_loss and self.reference is None:
             raise ValueError("algorithm.kl_coef > 0 needs the policy's reference model")
         self.local_params = policy.local_params  # callable -> what the weight sender pushes
         self.sender = sender
@@ -239,7 +239,7 @@ class TrainerActor(Actor):
         else:
             adv = torch.tensor(advs, dtype=torch.float32)
         ref_logp = None
-        if self.config.kl_coef:
+        if self.config.kl_in_loss:  # with advantage: gae the critic puts the KL in the reward
             with torch.no_grad():
                 ref_logp, _ = response_logprobs(self.reference, prompts, responses, self.temperature)
         loss, m = losses.policy_loss(self.config, logp, mu, adv, mask, ref_logp)

@@ -116,6 +116,6 @@ def policy_loss(
     """The loss ``config`` names, with its own settings (``ref_logp``: GRPO's KL anchor)."""
     if config.loss == "aipo":
         return aipo_loss(logp, old_logp, advantages, mask, rho=config.rho)
-    return grpo_loss(
-        logp, old_logp, advantages, mask, clip_eps=config.clip_eps, kl_coef=config.kl_coef, ref_logp=ref_logp
-    )
+    # With a critic (advantage: gae) the KL is a penalty in the reward, not a loss term.
+    kl_coef = config.kl_coef if getattr(config, "kl_in_loss", True) else 0.0
+    return grpo_loss(logp, old_logp, advantages, mask, clip_eps=config.clip_eps, kl_coef=kl_coef, ref_logp=ref_logp)

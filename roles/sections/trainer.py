@@ -19,16 +19,18 @@ class LossConfig(Section):
     loss: Literal["aipo", "grpo", "ppo"] = "aipo"
     rho: float = Field(4.0, ge=1)  # AIPO's clip on the importance ratio pi/mu; paper: 2..10
     clip_eps: float = Field(0.2, gt=0, lt=1)  # GRPO's PPO clip range: ratio kept in [1-eps, 1+eps]
-    # GRPO's weight of the k3 KL to the reference policy (the model.path weights, kept frozen on
-    # every training rank, sharded like the policy). 0 = no reference model is loaded.
+    # The weight of a KL to the reference policy (the model.path weights, kept frozen, sharded):
+    # with group advantages (grpo, ppo) a k3 term in the loss, on the training ranks; with
+    # advantage: gae a per-token penalty in the reward, -kl_coef (log mu - log ref), on the
+    # critic ranks (InstructGPT's). 0 = no reference model is loaded.
     kl_coef: float = Field(0.0, ge=0)
 
     @model_validator(mode="after")
     def _kl_with_grpo(self) -> LossConfig:
-        if self.kl_coef and self.loss == "aipo":
+        if self.kl_coef and self.loss == "aipo" and getattr(self, "advantage", None) != "gae":
             raise ValueError(
-                f"algorithm.kl_coef ({self.kl_coef}) applies to loss: grpo or ppo only (AIPO has no KL term); "
-                f"loss is {self.loss!r}"
+                f"algorithm.kl_coef ({self.kl_coef}) applies to loss: grpo or ppo (AIPO has no KL term), or to "
+                f"advantage: gae (a penalty in the reward); loss is {self.loss!r}"
             )
         return self
 
@@ -66,3 +68,8 @@ class TrainerConfig(LossConfig):
     # time (per_step_s + per_token_s x this rank's response tokens) and leaves the weights as
     # they are; the push, the metrics and everything around the step stay real. None: train.
     sim: SimTrainConfig | None = None
+
+    @property
+    def kl_in_loss(self) -> bool:
+        """Whether the KL is a term of the trainers' loss (not the critic's reward penalty)."""
+        return self.kl_coef > 0 and self.advantage != "gae"

@@ -43,15 +43,15 @@ def test_ppo_with_a_critic_learns_the_arith_demo(tmp_path, sft_model):
 
 def test_aipo_takes_gae_advantages_and_the_policy_waits_for_the_critics_warm_up(tmp_path, sft_model):
     """AIPO (ratio clipped from above) with a critic's per-token advantages, two critic ranks
-    sharding the value model, and two critic-only steps first: the policy's weights do not
-    move until the critic has warmed up, then they do."""
+    sharding the value model (and the KL penalty's reference), and two critic-only steps
+    first: the policy's weights do not move until the critic has warmed up, then they do."""
     steps = 6
     metrics = _run(
         tmp_path,
         sft_model,
         steps,
         world={"critic": 2},
-        algorithm={"loss": "aipo"},
+        algorithm={"loss": "aipo", "kl_coef": 0.05},  # with gae: a per-token KL penalty in the reward
         rollout={"prompts_per_step": 4},
         critic={"warmup_steps": 2, "updates_per_step": 2},
     )
@@ -61,3 +61,6 @@ def test_aipo_takes_gae_advantages_and_the_policy_waits_for_the_critics_warm_up(
     assert all(m["trainer"]["grad_norm"] == 0.0 for m in metrics[:2])
     assert all(m["trainer"]["grad_norm"] > 0.0 for m in metrics[2:])
     assert all(m["critic"]["grad_norm"] > 0.0 for m in metrics)  # the critic learns from the first step
+    # The policy moves away from the reference after the warm-up: the penalty grows from 0.
+    kl = [m["critic"]["kl_ref_mean"] for m in metrics]
+    assert all(abs(k) < 1e-4 for k in kl[:3]) and max(abs(k) for k in kl[3:]) > 1e-4, kl

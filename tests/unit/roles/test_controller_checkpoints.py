@@ -18,7 +18,7 @@ def _controller(finalized: list, asked: list):
     c.next_eval_group = 0
     c._saving = {}
     c._finish_after_save = False
-    c.routes = SimpleNamespace(colocated=False, generate_role="generator", generators=2, rewards=1)
+    c.routes = SimpleNamespace(colocated=False, generate_role="generator", generators=2, rewards=1, critics=0)
     c.mailbox = SimpleNamespace(send_role=lambda role, msg: asked.append((role, msg.steps_done)))
     c.checkpoints = SimpleNamespace(
         write_controller_part=lambda steps, state: f"part-{steps}", finalize=lambda steps: finalized.append(steps)
@@ -52,3 +52,15 @@ def test_a_reply_for_a_checkpoint_not_being_written_is_still_an_error():
     c._begin_checkpoint(1)
     with pytest.raises(RuntimeError, match="saved checkpoint 5, which is not being written"):
         _saved(c, "generator", 0, 5)
+
+
+def test_critic_ranks_are_asked_too_and_the_checkpoint_waits_for_them():
+    finalized, asked = [], []
+    c = _controller(finalized, asked)
+    c.routes.critics = 2
+    c._begin_checkpoint(1)
+    for role, index in [("generator", 0), ("generator", 1), ("reward", 0), ("critic", 0)]:
+        _saved(c, role, index, 1)
+    assert finalized == []  # the second critic rank has not saved its shards yet
+    _saved(c, "critic", 1, 1)
+    assert finalized == [1] and ("critic", 1) in asked
