@@ -8,8 +8,51 @@ only policy lag, not a mismatch in how the two sides compute probabilities.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
+
+
+@dataclass
+class PackedRows:
+    """Prompt+response rows right-padded into one batch, on the model's device."""
+
+    ids: torch.Tensor  # [B, width] token ids, pad after each row
+    attn: torch.Tensor  # [B, width] 1 on real tokens
+    targets: torch.Tensor  # [B, T] the response tokens (pad after each)
+    mask: torch.Tensor  # [B, T] real response tokens
+    where: torch.Tensor  # [B, T] the position just before response token t (whose output predicts or values it)
+
+
+def pack_rows(model, prompt_ids_list: Sequence, response_ids_list: Sequence, pad_id: int | None) -> PackedRows | None:
+    """The rows of a forward pass over prompt+response, or None when there is no response token
+    (``response_logprobs`` and the critic's ``response_values`` share it)."""
+    if len(prompt_ids_list) != len(response_ids_list):
+        raise ValueError("need one response per prompt")
+    prompts = [torch.as_tensor(p, dtype=torch.long).reshape(-1) for p in prompt_ids_list]
+    responses = [torch.as_tensor(r, dtype=torch.long).reshape(-1) for r in response_ids_list]
+    if any(len(p) == 0 for p in prompts):
+        raise ValueError("every prompt needs at least one token (the first response token is predicted from it)")
+    if pad_id is None:
+        pad_id = getattr(model.config, "pad_token_id", None) or 0
+    B = len(prompts)
+    T = max((len(r) for r in responses), default=0)
+    if B == 0 or T == 0:
+        return None
+    width = max(len(p) + len(r) for p, r in zip(prompts, responses))
+    ids = torch.full((B, width), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, width), dtype=torch.long)
+    targets = torch.full((B, T), pad_id, dtype=torch.long)
+    mask = torch.zeros((B, T), dtype=torch.bool)
+    where = torch.zeros((B, T), dtype=torch.long)
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        ids[i, : len(p) + len(r)] = torch.cat([p, r])
+        attn[i, : len(p) + len(r)] = 1
+        targets[i, : len(r)] = r
+        mask[i, : len(r)] = True
+        where[i] = len(p) - 1 + torch.arange(T).clamp(max=max(len(r) - 1, 0))
+    device = next(model.parameters()).device
+    return PackedRows(ids.to(device), attn.to(device), targets.to(device), mask.to(device), where.to(device))
 
 
 def response_logprobs(
@@ -28,41 +71,18 @@ def response_logprobs(
     """
     if temperature <= 0:
         raise ValueError("temperature must be > 0")
-    if len(prompt_ids_list) != len(response_ids_list):
-        raise ValueError("need one response per prompt")
-    device = next(model.parameters()).device
-    prompts = [torch.as_tensor(p, dtype=torch.long).reshape(-1) for p in prompt_ids_list]
-    responses = [torch.as_tensor(r, dtype=torch.long).reshape(-1) for r in response_ids_list]
-    if any(len(p) == 0 for p in prompts):
-        raise ValueError("every prompt needs at least one token (the first response token is predicted from it)")
-    if pad_id is None:
-        pad_id = getattr(model.config, "pad_token_id", None) or 0
-    B = len(prompts)
-    T = max((len(r) for r in responses), default=0)
-    if B == 0 or T == 0:
+    rows = pack_rows(model, prompt_ids_list, response_ids_list, pad_id)
+    if rows is None:
+        B, T = len(prompt_ids_list), max((len(r) for r in response_ids_list), default=0)
+        device = next(model.parameters()).device
         return torch.zeros((B, T), device=device), torch.zeros((B, T), dtype=torch.bool, device=device)
-
-    width = max(len(p) + len(r) for p, r in zip(prompts, responses))
-    ids = torch.full((B, width), pad_id, dtype=torch.long)
-    attn = torch.zeros((B, width), dtype=torch.long)
-    targets = torch.full((B, T), pad_id, dtype=torch.long)
-    mask = torch.zeros((B, T), dtype=torch.bool)
-    # where[i, t]: the position whose logits predict response token t of row i
-    where = torch.zeros((B, T), dtype=torch.long)
-    for i, (p, r) in enumerate(zip(prompts, responses)):
-        ids[i, : len(p) + len(r)] = torch.cat([p, r])
-        attn[i, : len(p) + len(r)] = 1
-        targets[i, : len(r)] = r
-        mask[i, : len(r)] = True
-        where[i] = len(p) - 1 + torch.arange(T).clamp(max=max(len(r) - 1, 0))
     # Only positions from the shortest prompt on predict response tokens: skip the rest of the
     # lm_head, which is most of the memory for a large vocabulary.
-    first = min(len(p) for p in prompts) - 1
-    ids, attn, where = ids.to(device), attn.to(device), (where - first).to(device)
-    targets, mask = targets.to(device), mask.to(device)
-
-    logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=width - first).logits
+    first = min(len(p) for p in prompt_ids_list) - 1
+    width = rows.ids.shape[1]
+    where = rows.where - first
+    logits = model(input_ids=rows.ids, attention_mask=rows.attn, logits_to_keep=width - first).logits
     logits = logits.gather(1, where[..., None].expand(-1, -1, logits.shape[-1]))
     logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-    logp = logp.gather(-1, targets[..., None]).squeeze(-1)
-    return logp.masked_fill(~mask, 0.0), mask
+    logp = logp.gather(-1, rows.targets[..., None]).squeeze(-1)
+    return logp.masked_fill(~rows.mask, 0.0), rows.mask

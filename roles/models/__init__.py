@@ -123,6 +123,21 @@ CONFIG_ALIASES: dict[str, tuple[str, ...]] = {
 }
 
 
+def folder_config(path: str | Path) -> dict:
+    """``path/config.json`` as a dict; a ``ValueError`` saying what is wrong with the folder (the
+    role map's checks of a learned reward's folder: config.json alone, no torch)."""
+    config_file = Path(path) / "config.json"
+    if not config_file.is_file():
+        raise ValueError(f"{str(path)!r} is not a Hugging Face model folder (no config.json)")
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{config_file}: cannot read it ({e})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{config_file}: not a JSON object")
+    return config
+
+
 def read_lm_config(path: str | Path) -> dict:
     """The language model's part of ``path/config.json`` ({} when unreadable): a multimodal
     config's ``text_config`` laid over the top level."""

@@ -20,9 +20,7 @@ The Config is checked on the controller from config.json alone (nothing is loade
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -106,14 +104,9 @@ class JudgeConfig(LearnedConfig):
 
 def check_causal_lm_folder(path: str) -> None:
     """A ``ValueError`` unless ``path`` holds a causal LM (``*ForCausalLM``, from config.json alone)."""
-    config_file = Path(path) / "config.json"
-    if not config_file.is_file():
-        raise ValueError(f"{path!r} is not a Hugging Face model folder (no config.json)")
-    try:
-        config = json.loads(config_file.read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{config_file}: cannot read it ({e})") from None
-    architectures = (config.get("architectures") if isinstance(config, dict) else None) or []
+    from roles.models import folder_config
+
+    architectures = folder_config(path).get("architectures") or []
     if not any(str(a).endswith("ForCausalLM") for a in architectures):
         raise ValueError(
             f"{path!r} is not a causal language model (its architectures are {architectures or 'not given'}; "

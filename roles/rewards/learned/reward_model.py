@@ -11,10 +11,8 @@ With ``shard: true`` the reward ranks hold one copy between them (``sharded``).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator
@@ -46,13 +44,9 @@ class RewardModelConfig(LearnedConfig):
 def check_reward_model_folder(path: str) -> None:
     """A ``ValueError`` unless ``path`` holds a sequence-classification model with one label
     (read from config.json alone: nothing is imported or loaded)."""
-    config_file = Path(path) / "config.json"
-    if not config_file.is_file():
-        raise ValueError(f"{path!r} is not a Hugging Face model folder (no config.json)")
-    try:
-        config = json.loads(config_file.read_text())
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{config_file}: cannot read it ({e})") from None
+    from roles.models import folder_config
+
+    config = folder_config(path)
     architectures = config.get("architectures") or []
     if not any(str(a).endswith("ForSequenceClassification") for a in architectures):
         raise ValueError(
