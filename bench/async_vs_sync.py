@@ -56,7 +56,12 @@ WORKLOAD = {
     "algorithm": {"micro_batch": 256},
 }
 
-PPO = {"world": {"critic": 1}, "algorithm": {"advantage": "gae", "loss": "ppo"}, "critic": {"lr": 1.0e-3}}
+# The critic takes micro-batches as large as the trainer's (WORKLOAD), so that neither runs more passes.
+PPO = {
+    "world": {"critic": 1},
+    "algorithm": {"advantage": "gae", "loss": "ppo"},
+    "critic": {"lr": 1.0e-3, "micro_batch": 256},
+}
 
 MODES = {
     "colocated_sync": {"world": {"generator": {"ranks": 0}, "trainer": 0, "colocated": 2}, "run": {"max_staleness": 0}},
