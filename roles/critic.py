@@ -56,6 +56,7 @@ class CriticActor(ForwardsStopSignals, Actor):
         self.schedule, self.routes, self.model, self.group = schedule, routes, value_model, group
         self.checkpoints = checkpoints
         self.kl_penalty = kl_penalty
+        self._kl: list[np.ndarray] = []  # the last step's KL penalties (its figures)
         self.groups_per_rank = rollout.prompts_per_step // routes.critics
         self.buffers: dict[int, list[Rollout]] = collections.defaultdict(list)
         self.step_index = 0
@@ -117,17 +118,45 @@ class CriticActor(ForwardsStopSignals, Actor):
             self.asked.discard(steps)
 
     def _critic_step(self, groups: list[Rollout]) -> None:
-        """Values, advantages on to the trainers, then the value model's update."""
+        """Values, advantages on to the trainers, then the value model's update: the first
+        update from the very forward passes that gave the values (``values_and_update``)."""
         t0 = time.perf_counter()
         prompts = [g.prompt_ids for g in groups for _ in g.response_ids]
         responses = [ids for g in groups for ids in g.response_ids]
+        sent: dict = {}
+
+        def send_advantages(values: list[np.ndarray]) -> list[np.ndarray]:
+            sent["returns"] = returns = self._send_advantages(groups, prompts, responses, values)
+            sent["at"] = time.perf_counter()
+            return returns
+
+        with self.spans.span("train"):
+            values, metrics = self.model.values_and_update(prompts, responses, send_advantages)
+            returns = sent["returns"]
+            for _ in range(self.config.updates_per_step - 1):
+                metrics = self.model.train_step(prompts, responses, returns, values, self.config.value_clip)
+        values_s = sent["at"] - t0
+        metrics = {
+            **metrics,
+            **_value_figures(values, returns),
+            "values_s": values_s,
+            "critic_train_s": time.perf_counter() - t0 - values_s,
+        }
+        if self.kl_penalty is not None:  # k1 KL(mu || ref) per token, over this rank's share
+            tokens = max(sum(len(t) for t in self._kl), 1)
+            metrics["kl_ref_mean"] = -float(sum(t.sum() for t in self._kl)) / self.kl_penalty.kl_coef / tokens
+        if self.is_leader:
+            self.mailbox.send(CONTROLLER, CriticDone(step=groups[0].step, metrics=metrics))
+
+    def _send_advantages(self, groups, prompts, responses, values) -> list[np.ndarray]:
+        """GAE (with the KL penalty, whitened) from ``values``; each group on to its trainer with
+        its advantages; the returns the value model learns."""
         rewards = [float(r) for g in groups for r in g.rewards]
-        with self.spans.span("values"):
-            values = self.model.values(prompts, responses)
         token_rewards = None
         if self.kl_penalty is not None:
             mus = [lp for g in groups for lp in g.logprobs]
             token_rewards = self.kl_penalty.token_rewards(prompts, responses, mus)
+            self._kl = token_rewards
         advantages, returns = gae_batch(values, rewards, self.algorithm.gamma, self.algorithm.lam, token_rewards)
         if self.algorithm.whiten_advantages:
             advantages = self._whiten(advantages)
@@ -137,22 +166,7 @@ class CriticActor(ForwardsStopSignals, Actor):
             g.token_advantages = [np.asarray(a, np.float32) for a in advantages[start : start + n]]
             start += n
             self.mailbox.send(self.routes.trainer_for(g.group_id), g)
-        values_s = time.perf_counter() - t0
-        metrics: dict = {}
-        with self.spans.span("train"):
-            for _ in range(self.config.updates_per_step):
-                metrics = self.model.train_step(prompts, responses, returns, values, self.config.value_clip)
-        metrics = {
-            **metrics,
-            **_value_figures(values, returns),
-            "values_s": values_s,
-            "critic_train_s": time.perf_counter() - t0 - values_s,
-        }
-        if token_rewards:  # k1 KL(mu || ref) per token, over this rank's share
-            tokens = max(sum(len(t) for t in token_rewards), 1)
-            metrics["kl_ref_mean"] = -float(sum(t.sum() for t in token_rewards)) / self.kl_penalty.kl_coef / tokens
-        if self.is_leader:
-            self.mailbox.send(CONTROLLER, CriticDone(step=groups[0].step, metrics=metrics))
+        return returns
 
     def _whiten(self, advantages: list[np.ndarray]) -> list[np.ndarray]:
         """Mean 0, std 1 over every token of the step, across the critic ranks."""

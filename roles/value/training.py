@@ -13,7 +13,7 @@ layout.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -107,6 +107,59 @@ class ValueModel:
         return {
             "value_loss": float(sums[0]),
             "value_clip_frac": float(sums[1]) / max(total, 1.0),
+            "value_mean": float(sums[2]) / max(total, 1.0),
+            "grad_norm": grad_norm,
+            "tokens": total,
+            "nonfinite_skipped": 0.0 if applied else 1.0,
+        }
+
+    def values_and_update(
+        self, prompts: Sequence, responses: Sequence, returns_of: Callable[[list[np.ndarray]], Sequence]
+    ) -> tuple[list[np.ndarray], dict[str, float]]:
+        """``values`` and a first update toward ``returns_of(values)``, from the same forward
+        passes: each micro-batch's graph is kept while ``returns_of`` runs (the critic sends the
+        advantages out there), then the loss is taken from the kept graphs. The old values are
+        the values themselves, so the value clip cannot bind at this update. One training pass
+        instead of a forward pass and a training pass; it holds a step's activations at once.
+        Collective over the critic ranks, like ``train_step``; returns (values, its figures)."""
+        if len(prompts) != len(responses):
+            raise ValueError(f"{len(prompts)} prompts for {len(responses)} responses")
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        mb = self.micro_batch
+        starts = list(range(0, len(prompts), mb))
+        kept, out = [], []
+        for i in range(self.ranks.most(len(starts))):
+            LOOP.tick()
+            rows = slice(starts[i], starts[i] + mb) if i < len(starts) else slice(0, 0)
+            real = any(len(r) for r in responses[rows])
+            v, mask = response_values(
+                self.model, *((prompts[rows], responses[rows]) if real else self.filler), self.pad_id
+            )
+            if real:
+                got = v.detach().cpu().numpy()
+                out.extend(got[j, : len(r)].copy() for j, r in enumerate(responses[rows]))
+            else:
+                out.extend(np.zeros(0, np.float32) for _ in responses[rows])
+            kept.append((v, mask, rows if real else None))
+        returns = list(returns_of(out))
+        _check_rows(prompts, responses, returns, out)
+        total = self.ranks.sum(float(sum(len(r) for r in responses)))
+        sums = np.zeros(3)  # as train_step's
+        for v, mask, rows in kept:
+            target = (
+                pad(returns[rows], 0.0, torch.float32)[:, : v.shape[1]].to(v.device) if rows else torch.zeros_like(v)
+            )
+            loss, _ = value_loss(v, v.detach(), target, mask, None, total)
+            weight = 1.0 if rows else 0.0
+            (loss * (self.ranks.size * weight)).backward()
+            value_sum = float(v.detach().masked_fill(~mask, 0.0).sum())
+            sums += np.array([float(loss.detach()), 0.0, value_sum]) * weight
+        grad_norm, applied = self._apply_update(float(sums[0]))
+        sums = self._summed(sums)
+        return out, {
+            "value_loss": float(sums[0]),
+            "value_clip_frac": 0.0,
             "value_mean": float(sums[2]) / max(total, 1.0),
             "grad_norm": grad_norm,
             "tokens": total,

@@ -218,3 +218,21 @@ def test_the_folder_check_imports_no_torch(folder):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["LlamaForTokenClassification", "False"]
+
+
+def test_values_and_update_in_one_pass_equal_values_then_a_train_step(folder):
+    prompts, responses = rows(7, seed=8)
+
+    def returns_of(values):
+        return [v + 1.0 for v in values]  # any function of the values, as GAE is
+
+    apart = ValueModel(load_value_model(folder, torch.float32), lr=1e-2, micro_batch=3)
+    fused = ValueModel(load_value_model(folder, torch.float32), lr=1e-2, micro_batch=3)
+    values = apart.values(prompts, responses)
+    want = apart.train_step(prompts, responses, returns_of(values), values, clip=0.2)
+    got_values, got = fused.values_and_update(prompts, responses, returns_of)
+    for a, b in zip(values, got_values):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    assert got["value_loss"] == pytest.approx(want["value_loss"], abs=1e-6)
+    for (name, a), (_, b) in zip(apart.model.named_parameters(), fused.model.named_parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
