@@ -15,15 +15,14 @@ that sizes the model (``launch/preflight/sizing.py``).
 
 from __future__ import annotations
 
-import ast
 import difflib
-import importlib.util
 import json
 import math
 from collections.abc import Collection
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
+
+from roles.models.transformers_tables import table_from_source
 
 # Bits per element of each dtype a safetensors header may name (the library's own list, as of
 # 0.8: F4 and F6 pack several elements into a byte, so sizes are counted in bits).
@@ -230,29 +229,9 @@ def transformers_model_types(model_type: str) -> Collection[str]:
     return set(CONFIG_MAPPING.keys()) | set(getattr(CONFIG_MAPPING, "_extra_content", {}))
 
 
-@cache
 def _generated_model_types() -> frozenset[str] | None:
-    spec = importlib.util.find_spec("transformers")  # finds the package without importing it
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    table = Path(spec.submodule_search_locations[0]) / "models" / "auto" / "auto_mappings.py"
-    try:
-        tree = ast.parse(table.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, ValueError):
-        return None
-    for node in tree.body:
-        if (
-            isinstance(node, ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == "CONFIG_MAPPING_NAMES" for t in node.targets)
-            and isinstance(node.value, ast.Call)
-            and node.value.args
-        ):
-            try:
-                pairs = ast.literal_eval(node.value.args[0])  # OrderedDict([(model_type, class name), ...])
-                return frozenset(name for name, _ in pairs)
-            except (ValueError, TypeError):
-                return None
-    return None
+    table = table_from_source("models/auto/auto_mappings.py", "CONFIG_MAPPING_NAMES")
+    return None if table is None else frozenset(table)
 
 
 def has_torch_weights(folder: str | Path) -> bool:

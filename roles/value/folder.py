@@ -10,11 +10,10 @@ nothing of weights: a folder that passes may still lack them (the loader says).
 
 from __future__ import annotations
 
-import ast
-import importlib.util
 import json
-from functools import cache
 from pathlib import Path
+
+from roles.models.transformers_tables import table_from_source
 
 TABLE = "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES"
 
@@ -57,27 +56,6 @@ def token_classification_class(model_type: str) -> str | None:
     return MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES.get(model_type)
 
 
-@cache
 def _table_from_source() -> dict[str, str] | None:
-    """The table as written in transformers' ``models/auto/modeling_auto.py``, read without
-    importing it (None if that file is not laid out as expected)."""
-    spec = importlib.util.find_spec("transformers")  # finds the package without importing it
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    source = Path(spec.submodule_search_locations[0]) / "models" / "auto" / "modeling_auto.py"
-    try:
-        tree = ast.parse(source.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, ValueError):
-        return None
-    for node in tree.body:
-        if (
-            isinstance(node, ast.Assign)
-            and any(isinstance(t, ast.Name) and t.id == TABLE for t in node.targets)
-            and isinstance(node.value, ast.Call)
-            and node.value.args
-        ):
-            try:  # OrderedDict([(model_type, class name), ...])
-                return dict(ast.literal_eval(node.value.args[0]))
-            except (ValueError, TypeError):
-                return None
+    return table_from_source("models/auto/modeling_auto.py", TABLE)
     return None
