@@ -196,7 +196,22 @@ def _generator(ctx: BuildContext):
         engine=ctx.engine,
         receiver=ctx.transport,
         version=version,
+        episodes=_episodes(ctx) if ctx.cfg.environment is not None else None,
     )
+
+
+def _episodes(ctx: BuildContext):
+    """The generator's episode runner: the task (for each group's example), the tokenizer (for
+    observations) and the environment's sandboxed workers."""
+    from roles.episodes import build_runner
+    from roles.models.tokenizer import load_tokenizer
+    from roles.tasks import build_task
+
+    cfg = ctx.cfg
+    tokenizer, _ = load_tokenizer(cfg.model.path, ctx.prepared.tokenizer_class if ctx.prepared else None)
+    task = build_task(cfg.task, seed=cfg.run.seed)
+    stop_ids = ctx.prepared.stop_ids if ctx.prepared else ()
+    return build_runner(cfg, tokenizer, task, stop_ids, seed=cfg.run.seed + ctx.dist.role_table.index)
 
 
 def _reward(ctx: BuildContext):

@@ -152,8 +152,13 @@ class RoleMap(Section):
     checkpoint: CheckpointConfig = CheckpointConfig()
     logging: LoggingConfig = LoggingConfig()
     run: ControllerConfig
+    # Multi-turn episodes (roles.environments): the environment's name and its own options.
+    environment: Any = None
 
     _task = field_validator("task", mode="before")(lambda cls, v: task_section(v))
+    _environment = field_validator("environment", mode="before")(
+        lambda cls, v: None if v is None else _environment_section(v)
+    )
 
     @model_validator(mode="after")
     def _reward_of_the_task(self) -> RoleMap:
@@ -172,8 +177,26 @@ class RoleMap(Section):
         return self
 
     def longest_response(self) -> int:
-        """The most tokens any response may take (training or evaluation)."""
-        return max(self.rollout.max_new_tokens, self.eval.max_new_tokens or 0)
+        """The most tokens any response may take (training or evaluation; an episode: all its
+        turns and observations)."""
+        turn = max(self.rollout.max_new_tokens, self.eval.max_new_tokens or 0)
+        env = self.environment
+        return turn if env is None else (env.max_episode_tokens or turn * env.max_turns)
+
+    @model_validator(mode="after")
+    def _episodes_can_run(self) -> RoleMap:
+        if self.environment is None:
+            return self
+        if self.world.colocated_mode or self.rollout.mode != "stream":
+            raise ValueError(
+                "environment: episodes run on streamed rollouts (a turn is a request); set rollout.mode: stream "
+                "and use generator and trainer ranks"
+            )
+        if self.algorithm.advantage == "gae":
+            raise ValueError(
+                "environment: episodes train with group advantages; algorithm.advantage gae is not supported"
+            )
+        return self
 
     def prompt_token_limit(self) -> int | None:
         """Longest prompt kept: task.max_prompt_tokens, else what the model's context leaves."""
@@ -318,6 +341,12 @@ class RoleMap(Section):
 
 
 # ----------------------------------------------------------------------- validating
+
+
+def _environment_section(value):
+    from roles.environments import environment_section
+
+    return environment_section(value)
 
 
 def _location_part(p) -> str:

@@ -108,9 +108,20 @@ def tail_wait_share(lengths: list[int]) -> float:
 
 class GeneratorActor(StreamsRollouts, ForwardsStopSignals, SavesRandomStates, Actor):
     def __init__(
-        self, mailbox, rollout: RolloutConfig, *, schedule: Schedule, routes: Routes, engine, receiver, version: int = 0
+        self,
+        mailbox,
+        rollout: RolloutConfig,
+        *,
+        schedule: Schedule,
+        routes: Routes,
+        engine,
+        receiver,
+        version: int = 0,
+        episodes=None,
     ):
-        """``rollout``: the sampling settings of training batches (eval batches bring their own)."""
+        """``rollout``: the sampling settings of training batches (eval batches bring their own);
+        ``episodes``: a ``roles.episodes.EpisodeRunner`` when the role map has an environment
+        (streamed rollouts only: each group is then ``n`` multi-turn episodes)."""
         super().__init__(mailbox)
         self.rollout = rollout
         self.schedule = schedule
@@ -125,6 +136,7 @@ class GeneratorActor(StreamsRollouts, ForwardsStopSignals, SavesRandomStates, Ac
         self._load_s = 0.0
         self._syncs = 0
         self.streaming = rollout.mode == "stream"
+        self.episodes = episodes
         if self.streaming:
             self._start_streaming()
         self._post_next_receive()
@@ -153,6 +165,8 @@ class GeneratorActor(StreamsRollouts, ForwardsStopSignals, SavesRandomStates, Ac
 
     def on_stop(self, reason: str) -> None:
         """Take in every pushed version before leaving, so no trainer send is left hanging."""
+        if self.episodes is not None:
+            self.episodes.close()  # the environment's workers
         deadline = time.monotonic() + 300
         backoff = Backoff()
         while self.version < self.final_version:

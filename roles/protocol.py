@@ -109,13 +109,16 @@ class Rollout:
     timings: dict[str, float] = field(default_factory=dict)  # seconds per stage
     purpose: str = TRAIN  # copied from the PromptBatch: train, or an evaluation pass
     eval_round: int = -1
-    # Streamed with in-flight weight updates: per sample, int32 (first token, version) pairs
-    # flattened, one per run of tokens one version sampled (roles.engines.requests.version_segments);
-    # None: every token was sampled by ``policy_version``.
+    # Streamed with in-flight updates: per sample, its (first token, version) pairs flattened
+    # (roles.engines.requests.version_segments); None: ``policy_version`` sampled every token.
     version_segments: list[np.ndarray] | None = None
     # Set by the critic (algorithm.advantage: gae): per sample, float32 GAE advantages, one per
     # response token, which the trainer uses instead of group baselines.
     token_advantages: list[np.ndarray] | None = None
+    # Multi-turn episodes (roles.episodes): per sample, uint8 per token, 1 where the model
+    # sampled it, 0 on observations (never trained); and its record (Episode.info).
+    loss_masks: list[np.ndarray] | None = None
+    episodes: list[dict] | None = None
 
 
 @message
@@ -164,6 +167,7 @@ class Scored:
     length_max: int = 0
     clipped: int = 0  # responses cut at max_new_tokens (finish reason "length")
     zero_advantage_groups: int = 0  # groups whose samples all scored the same
+    episodes: dict[str, float] = field(default_factory=dict)  # sums (roles.episodes.metrics)
     # The generations shown from these groups (logging.samples_per_step; roles.observe.samples):
     # samples.jsonl lines, decoded here because the reward rank has the text.
     shown: list[dict] = field(default_factory=list)

@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 from roles.checkpoint.reward_state import save_reward_state
+from roles.episodes.metrics import episode_bonus, episode_failed, episode_sums, final_turn
 from roles.observe.samples import shown_record, shown_samples
 from roles.protocol import (
     CONTROLLER,
@@ -111,8 +112,10 @@ class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
 
     def _to_score(self, r: Rollout) -> GroupToScore:
         example = self.task.example(r.example_id)
+        # An episode's task reward is its final turn's (its earlier turns and tool results are not an answer).
+        infos = r.episodes or [None] * len(r.response_ids)
         responses = self.tokenizer.batch_decode(
-            [np.asarray(ids).tolist() for ids in r.response_ids], skip_special_tokens=True
+            [final_turn(ids, info).tolist() for ids, info in zip(r.response_ids, infos)], skip_special_tokens=True
         )
         return GroupToScore(
             example=example,
@@ -125,6 +128,8 @@ class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
         """One group's rewards into its Rollout, on to its trainer (or, for evaluation, the
         controller), and the controller's notice of what was seen."""
         r.rewards = [res.score for res in results]
+        if r.episodes is not None:
+            results = self._with_episodes(r, results)
         r.timings["score_s"] = score_s
         failures = sum(res.failures for res in results)
         timeouts = sum(1 for res in results if res.timed_out)
@@ -169,9 +174,24 @@ class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
                 length_max=int(max(lengths, default=0)),
                 clipped=clipped,
                 zero_advantage_groups=int(len(set(r.rewards)) <= 1),
+                episodes=episode_sums(r.episodes, r.loss_masks or r.response_ids) if r.episodes else {},
                 shown=self._shown(r, texts, results),
             ),
         )
+
+    def _with_episodes(self, r: Rollout, results) -> list:
+        """The environment's own rewards added to the scores (an "environment" component), and
+        an episode the environment failed scored 0."""
+        out = []
+        for k, (res, info) in enumerate(zip(results, r.episodes)):
+            bonus = episode_bonus(info)
+            res.components = {**res.components, "environment": bonus}
+            if episode_failed(info):
+                res.components = {key: 0.0 for key in res.components}
+            r.rewards[k] = 0.0 if episode_failed(info) else res.score + bonus
+            res.score = r.rewards[k]
+            out.append(res)
+        return out
 
     def _shown(self, r: Rollout, texts: list[str], results) -> list[dict]:
         """The samples of this group that ``logging.samples_per_step`` shows, as samples.jsonl lines."""
@@ -182,6 +202,10 @@ class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
         if not picked:
             return []
         prompt = self.tokenizer.decode(np.asarray(r.prompt_ids).tolist(), skip_special_tokens=True)
+        if r.episodes is not None:  # the whole episode, its turns and tool results, as the model saw it
+            texts = [
+                self.tokenizer.decode(np.asarray(ids).tolist(), skip_special_tokens=False) for ids in r.response_ids
+            ]
         return [
             shown_record(
                 step=r.step,

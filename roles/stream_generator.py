@@ -37,6 +37,10 @@ class _Group:
     # Partial rollouts: the step and group id the controller gave it when it ended
     step: int | None = None
     slot: int | None = None
+    # Multi-turn episodes (roles.episodes): per sample, its loss mask and its record
+    masks: list | None = None
+    infos: list | None = None
+    prompt: np.ndarray | None = None  # the rendered opening (else the batch's prompt)
 
     @property
     def group_id(self) -> int:
@@ -64,6 +68,9 @@ class StreamsRollouts:
         self.engine.version = self.version
         self._engine_s = self._tail_s = self._wait_s = 0.0  # since the last notice
         self._idle_since: float | None = None
+        if self.episodes is not None:  # a turn is a request: the runner adds them
+            self.episodes.add = self.engine.add
+            self.episodes.version = lambda: self.version
 
     def _grant_initial_credit(self) -> None:
         self.mailbox.send(CONTROLLER, Credit(groups=self.credit_groups))
@@ -75,6 +82,12 @@ class StreamsRollouts:
         """One turn: take finished transfers, admit what may run, decode once, release groups."""
         progressed = self._take_weights()
         self._admit_ready()
+        if self.episodes is not None and self.episodes.live():
+            # Waiting on tools alone: a short wait for them (not a spin); else just a look.
+            done = self.episodes.pump(0.0 if self.engine.unfinished() or self.pending else 0.002)
+            if done:
+                self._groups_done([self._episodes_ended(d) for d in done])
+                progressed = True
         if self.engine.unfinished():
             self._note_idle_end()
             self._decode_once()
@@ -90,12 +103,16 @@ class StreamsRollouts:
     def _take_weights(self) -> bool:
         took = False
         while self.announced and self.receiver.ready():
-            busy = self.engine.unfinished() > 0
+            busy = self._busy()
             if busy and (not self.rollout.inflight_updates or self._evals_in_flight()):
                 break
             self._apply_received()
             took = True
         return took
+
+    def _busy(self) -> bool:
+        """Sequences in the engine, or episodes between turns (an update would land mid-episode)."""
+        return self.engine.unfinished() > 0 or (self.episodes is not None and self.episodes.live())
 
     def _evals_in_flight(self) -> bool:
         return any(g.batch.purpose != TRAIN for g in self.in_engine.values())
@@ -110,12 +127,15 @@ class StreamsRollouts:
             group = _Group(batch, i, [None] * n, n)
             self.in_engine[group.group_id] = group
             sampling = self._sampling(batch, i)
-            self.engine.add(Request(group.group_id, np.asarray(batch.prompts[i], np.int32), n, sampling))
+            if self.episodes is not None:
+                self.episodes.start(group.group_id, batch.example_ids[i], n, sampling, batch.prompts[i])
+            else:
+                self.engine.add(Request(group.group_id, np.asarray(batch.prompts[i], np.int32), n, sampling))
 
     def _held_for_update(self) -> bool:
         """Hold admissions while a ready update waits for the engine to empty (an evaluation in
         flight, or no in-flight updates), so it does not wait forever."""
-        return bool(self.announced) and self.receiver.ready() and self.engine.unfinished() > 0
+        return bool(self.announced) and self.receiver.ready() and self._busy()
 
     def _sampling(self, batch: PromptBatch, i: int):
         sampling = sampling_for(batch, self.rollout)
@@ -135,11 +155,23 @@ class StreamsRollouts:
             self._tail_s += dt * (1 - live / self.engine.capacity)
         done = []
         for f in finished:
+            if self.episodes is not None:  # a turn ended: the episode goes on, or its group is done
+                done += [self._episodes_ended(d) for d in self.episodes.turn_ended(f)]
+                continue
             group = self.in_engine[f.tag]
             group.samples[f.index] = f.sample
             group.left -= 1
             if group.left == 0:
                 done.append(self.in_engine.pop(f.tag))
+        self._groups_done(done)
+
+    def _episodes_ended(self, d) -> _Group:
+        group = self.in_engine.pop(d.key)
+        group.samples, group.masks, group.infos, group.left = d.samples, d.masks, d.infos, 0
+        group.prompt = d.prompt_ids
+        return group
+
+    def _groups_done(self, done: list[_Group]) -> None:
         for g in [g for g in done if g.batch.step < 0]:  # partial rollouts: which step, asked
             self.awaiting_slot[g.group_id] = g
             tokens = sum(len(s.response_ids) for s in g.samples)
@@ -211,7 +243,7 @@ def _rollout(g: _Group) -> Rollout:
         example_id=batch.example_ids[g.position],
         group_id=group_id,
         step=step,
-        prompt_ids=np.asarray(batch.prompts[g.position], dtype=np.int32),
+        prompt_ids=np.asarray(batch.prompts[g.position] if g.prompt is None else g.prompt, dtype=np.int32),
         response_ids=[s.response_ids for s in samples],
         logprobs=[s.logprobs for s in samples],
         finish_reasons=[s.finish_reason for s in samples],
@@ -219,6 +251,8 @@ def _rollout(g: _Group) -> Rollout:
         purpose=batch.purpose,
         eval_round=batch.eval_round,
         version_segments=[seg.reshape(-1) for seg in spans] if mixed else None,
+        loss_masks=g.masks,
+        episodes=g.infos,
     )
 
 

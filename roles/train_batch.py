@@ -35,6 +35,7 @@ class StepBatch:
     responses: list = field(default_factory=list)
     mus: list = field(default_factory=list)  # the generators' log-probs of the sampled tokens
     advs: list = field(default_factory=list)
+    masks: list = field(default_factory=list)  # per row: its loss mask (episodes), or None: every token
     rewards: list = field(default_factory=list)  # of every sample, skipped ones too
     staleness: list = field(default_factory=list)  # per group: versions behind the trained one
     tokens: int = 0  # every sample's response tokens: what the token mean divides by
@@ -42,14 +43,14 @@ class StepBatch:
     id_sqsum: float = 0.0
 
     def rows(self, sl: slice) -> tuple:
-        return self.prompts[sl], self.responses[sl], self.mus[sl], self.advs[sl]
+        return self.prompts[sl], self.responses[sl], self.mus[sl], self.advs[sl], self.masks[sl]
 
     def filler(self, first: Rollout) -> tuple:
         """A row for a zero-weight pass: any real one (``first``'s if this rank trains on none)."""
         if self.responses:
             return self.rows(slice(0, 1))
         response = first.response_ids[0]
-        return [first.prompt_ids], [response], [first.logprobs[0]], [np.zeros(len(response), np.float32)]
+        return [first.prompt_ids], [response], [first.logprobs[0]], [np.zeros(len(response), np.float32)], [None]
 
 
 def collect(groups: list[Rollout], algo: TrainerConfig, version: int) -> StepBatch:
@@ -60,7 +61,7 @@ def collect(groups: list[Rollout], algo: TrainerConfig, version: int) -> StepBat
         batch.id_sum, batch.id_sqsum = batch.id_sum + g.example_id, batch.id_sqsum + float(g.example_id) ** 2
         batch.rewards.extend(g.rewards)
         batch.staleness.append(version - g.policy_version)
-        batch.tokens += sum(len(x) for x in g.response_ids)
+        batch.tokens += trained_tokens(g)
         if algo.advantage == "gae":
             if g.token_advantages is None:
                 raise RuntimeError(f"group {g.group_id} reached the trainer without the critic's advantages")
@@ -69,6 +70,7 @@ def collect(groups: list[Rollout], algo: TrainerConfig, version: int) -> StepBat
                 batch.responses.append(ids)
                 batch.mus.append(lp)
                 batch.advs.append(np.asarray(a, np.float32))
+                batch.masks.append(None)
             continue
         if algo.skip_zero_advantage and not algo.kl_in_loss and np.ptp(g.rewards) == 0:
             # Every sample scored the same: all advantages are 0, so the group adds
@@ -76,12 +78,30 @@ def collect(groups: list[Rollout], algo: TrainerConfig, version: int) -> StepBat
             # which keeps the update exactly what training on it would give.
             continue
         a = adv_lib.group_advantages(g.rewards, algo.advantage)
-        for ids, lp, ai in zip(g.response_ids, g.logprobs, a.tolist()):
+        masks = g.loss_masks or [None] * len(g.response_ids)
+        for ids, lp, ai, m in zip(g.response_ids, g.logprobs, a.tolist(), masks):
             batch.prompts.append(g.prompt_ids)
             batch.responses.append(ids)
             batch.mus.append(lp)
             batch.advs.append(ai)
+            batch.masks.append(m)
     return batch
+
+
+def trained_tokens(g: Rollout) -> int:
+    """The group's tokens the loss covers: every response token, or an episode's sampled ones
+    (its observations are masked)."""
+    if g.loss_masks is None:
+        return sum(len(x) for x in g.response_ids)
+    return int(sum(int(np.asarray(m).sum()) for m in g.loss_masks))
+
+
+def loss_mask(masks: list, like: torch.Tensor) -> torch.Tensor:
+    """``like``'s mask (real response tokens) narrowed to the rows' loss masks, where they have one."""
+    if all(m is None for m in masks):
+        return like
+    rows = [np.ones(int(like.shape[1]), np.uint8) if m is None else np.asarray(m, np.uint8) for m in masks]
+    return like & pad(rows, 0, torch.bool)[:, : like.shape[1]].to(like.device)
 
 
 # Loss-module figures that are a micro-batch's maximum: the step's is the largest of them.

@@ -33,7 +33,7 @@ from roles.checkpoint.rng import save_rng
 from roles.checkpoint.trainer_state import inject_fault, load_trainer_state, save_trainer_state
 from roles.protocol import CONTROLLER, Preempt, Rollout, RolloutConfig, Routes, Schedule, StepDone, WeightsPushed
 from roles.sections.trainer import TrainerConfig
-from roles.train_batch import StepBatch, Tally, collect, pad, step_metrics, version_figures
+from roles.train_batch import StepBatch, Tally, collect, loss_mask, pad, step_metrics, version_figures
 from roles.trainer_group import TrainerGroup
 from runtime import Actor, Envelope, handles
 from runtime.faults import fault_injected
@@ -230,8 +230,9 @@ class TrainerActor(Actor):
 
     def _micro_batch(self, rows: tuple, weight: float, scale: float, tally: Tally) -> None:
         """One micro-batch's forward and backward pass, weighted by its tokens (0: a filler)."""
-        prompts, responses, mus, advs = rows
+        prompts, responses, mus, advs, masks = rows
         logp, mask = response_logprobs(self.model, prompts, responses, self.temperature)
+        mask = loss_mask(masks, mask)  # an episode's observations are never trained
         mu = pad(mus, 0.0, torch.float32)[:, : logp.shape[1]]
         # One advantage per sample (group baselines), or one per token (a critic's GAE).
         if len(advs) and not np.isscalar(advs[0]):

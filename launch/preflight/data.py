@@ -223,8 +223,13 @@ def _encode_task(cfg: RoleMap, tokenizer, limit: int | None) -> _Encoded:
         chosen = eval_examples[: cfg.eval.examples] if cfg.eval.enabled else []
         check_sendable(cfg.task.name, "train", train_examples)
         check_sendable(cfg.task.name, "eval", chosen)
-        train = encode_prompts(tokenizer, train_examples, cfg.task, limit)
-        evals = encode_prompts(tokenizer, chosen, cfg.task, limit)
+        tools = None
+        if cfg.environment is not None:  # prompts as the episodes open them: with the tools
+            from launch.preflight.episodes import episode_tools
+
+            tools = episode_tools(cfg, tokenizer) or None
+        train = encode_prompts(tokenizer, train_examples, cfg.task, limit, tools=tools)
+        evals = encode_prompts(tokenizer, chosen, cfg.task, limit, tools=tools)
     except (TaskDataError, PluginError) as e:
         raise ConfigError(str(e)) from None
     except ConfigError:

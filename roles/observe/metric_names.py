@@ -83,6 +83,8 @@ def step_scalars(record: dict) -> dict[str, float]:
         put(f"reward/{label}", value)
     for role, share in (record.get("busy") or {}).items():
         put(f"busy/{role}", share)
+    for key, value in (record.get("episodes") or {}).items():  # multi-turn episodes and their tools
+        put(f"episodes/{key}", value)
     trainer = record.get("trainer") or {}
     for key, name in _TRAINER.items():
         put(name, trainer.get(key))

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import collections
 
+from roles.episodes.metrics import episode_figures
 from roles.protocol import BatchDone, Routes, Scored, StepDone
+
+_EPISODE = "episode:"  # the key prefix of the episodes' sums among a step's reward-rank sums
 
 # The reward ranks' per-step counts that add up over their notices.
 _SCORED_SUMS = ("samples", "reward_sum", "correct_sum", "length_sum", "clipped", "groups", "zero_advantage_groups")
@@ -44,6 +47,8 @@ class StepNotices:
         for key in _SCORED_SUMS:
             c[key] += getattr(m, key)
         c["length_max"] = max(c["length_max"], m.length_max)
+        for key, value in m.episodes.items():  # multi-turn episodes' sums
+            c[_EPISODE + key] += value
         self.components[m.step].update(m.components)
         self.shown[m.step].extend(m.shown)
 
@@ -109,7 +114,9 @@ def _response_metrics(scored, components) -> dict:
     samples, groups = scored.get("samples", 0), scored.get("groups", 0)
     if not samples:
         return {"correct_mean": None, "reward_components": {}}
+    episodes = episode_figures({k[len(_EPISODE) :]: v for k, v in scored.items() if k.startswith(_EPISODE)})
     return {
+        **({"episodes": episodes} if episodes else {}),
         "correct_mean": scored["correct_sum"] / samples,
         "reward_components": {label: total / samples for label, total in components.items()},
         "response_length_mean": scored["length_sum"] / samples,

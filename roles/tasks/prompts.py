@@ -41,12 +41,13 @@ def messages_of(example: Example, config: TaskConfig) -> list[dict[str, str]]:
     return messages
 
 
-def prompt_text(tokenizer, example: Example, config: TaskConfig) -> str:
-    """The exact text the model is prompted with (the chat template applied, or plain)."""
+def prompt_text(tokenizer, example: Example, config: TaskConfig, tools: list[dict] | None = None) -> str:
+    """The exact text the model is prompted with (the chat template applied, with ``tools``
+    when an environment gives some; or plain)."""
     if uses_chat_template(tokenizer, config):
         messages = messages_of(example, config)
         try:
-            return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            return tokenizer.apply_chat_template(messages, tools=tools, tokenize=False, add_generation_prompt=True)
         except Exception as e:  # noqa: BLE001 - a template raises what its author wrote: name the example
             roles = ", ".join(str(m.get("role")) for m in messages)
             # messages_of adds at most the configured system message: one more than the example's.
@@ -73,14 +74,20 @@ def prompt_text(tokenizer, example: Example, config: TaskConfig) -> str:
 
 
 def encode_prompts(
-    tokenizer, examples: Sequence[Example], config: TaskConfig, max_tokens: int | None, batch: int = 1024
+    tokenizer,
+    examples: Sequence[Example],
+    config: TaskConfig,
+    max_tokens: int | None,
+    batch: int = 1024,
+    tools: list[dict] | None = None,
 ) -> EncodedPrompts:
-    """Token ids of every prompt not longer than ``max_tokens`` (None: no limit)."""
+    """Token ids of every prompt not longer than ``max_tokens`` (None: no limit); ``tools``:
+    the environment's, rendered by the chat template."""
     chat = uses_chat_template(tokenizer, config)
     out = EncodedPrompts(ids={})
     for start in range(0, len(examples), batch):
         chunk = examples[start : start + batch]
-        texts = [prompt_text(tokenizer, ex, config) for ex in chunk]
+        texts = [prompt_text(tokenizer, ex, config, tools) for ex in chunk]
         # The template already holds every special token; plain text gets the tokenizer's own
         # (BOS for Llama-style ones). Batched: the Rust tokenizer encodes in one call.
         encoded = _encode(tokenizer, texts, chunk, add_special_tokens=not chat)

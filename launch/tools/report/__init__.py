@@ -21,9 +21,10 @@ __all__ = ["ReportError", "Run", "load_runs", "write_report"]
 
 def write_report(run_dirs: list[Path], out: Path) -> Path:
     """Write the figures and ``report.md`` into ``out``; return the page's path."""
-    from launch.tools.report.figures import FIGURES
+    from launch.tools.report import episode_figures, figures
     from launch.tools.report.page import write_page
 
+    FIGURES = (*figures.FIGURES, episode_figures.FIGURE)
     runs = load_runs([Path(d) for d in run_dirs])
     out = Path(out)
     check_out(out, [file_name for file_name, *_ in FIGURES])

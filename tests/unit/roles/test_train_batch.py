@@ -6,10 +6,11 @@ import copy
 
 import numpy as np
 import pytest
+import torch
 
 from launch import config
 from roles.protocol import Rollout
-from roles.train_batch import Tally, collect, step_metrics
+from roles.train_batch import Tally, collect, loss_mask, step_metrics
 
 
 def _group(i, rewards, version=0):
@@ -45,8 +46,20 @@ def test_a_rank_with_no_rows_fills_with_its_first_sample(base_config):
     groups = [_group(1, [1.0, 1.0])]
     batch = collect(groups, _algorithm(base_config), version=0)
     assert batch.responses == []
-    prompts, responses, mus, advs = batch.filler(groups[0])
-    assert len(prompts) == len(responses) == len(mus) == 1 and advs == [0.0]
+    prompts, responses, mus, advs, masks = batch.filler(groups[0])
+    assert len(prompts) == len(responses) == len(mus) == 1 and advs == [0.0] and masks == [None]
+
+
+def test_an_episode_trains_its_sampled_tokens_only(base_config):
+    group = _group(1, [1.0, 0.0])
+    group.loss_masks = [np.array([1], np.uint8), np.array([1, 0], np.uint8)]  # one observation token
+    batch = collect([group], _algorithm(base_config), version=0)
+    assert batch.tokens == 2  # of 3: the observation is not in the token mean
+    assert [m.tolist() for m in batch.masks] == [[1], [1, 0]]
+    real = torch.ones(2, 2, dtype=torch.bool)
+    real[0, 1] = False  # row 0 has one token
+    assert loss_mask(batch.masks, real).tolist() == [[True, False], [True, False]]
+    assert loss_mask([None, None], real) is real
 
 
 def test_step_figures_are_token_weighted(base_config):
