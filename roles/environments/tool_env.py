@@ -22,7 +22,6 @@ from roles.environments.tool_calls import ToolCall, tool_format
 from roles.environments.tools import Tool, ToolError, tool_class
 from roles.sections.base import Section, field_error
 
-
 INFO_KEYS = ("tool_calls", "tool_errors", "tool_latency_s")
 
 
