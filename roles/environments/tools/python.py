@@ -21,7 +21,7 @@ class PythonConfig(ToolConfig):
     # One run's wall-clock limit; keep it under environment.timeout_s, which kills the worker.
     timeout_s: float = Field(10.0, gt=0, le=3600)
     memory_mb: int = Field(1024, ge=64)  # the child's address space (RLIMIT_AS)
-    max_output_chars: int = Field(4000, ge=1)  # of stdout and of stderr each
+    max_output_chars: int = Field(4000, ge=1)  # stdout's first and stderr's last, each
 
 
 class PythonTool(Tool):

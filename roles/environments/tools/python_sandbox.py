@@ -136,9 +136,21 @@ def _read_head(path: str, max_chars: int) -> tuple[str, bool]:
     return text[:max_chars], more or len(text) > max_chars
 
 
+def _read_tail(path: str, max_chars: int) -> tuple[str, bool]:
+    """The last ``max_chars`` characters of the file (where a traceback's error is), and
+    whether there was more."""
+    with open(path, "rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - (max_chars * 4 + 4)))
+        data = f.read()
+    text = data.decode("utf-8", errors="replace")
+    return text[-max_chars:], size > len(data) or len(text) > max_chars
+
+
 def run_code(code: str, timeout_s: float, memory_mb: int, max_chars: int) -> Outcome:
     """Run ``code`` under the limits. stdout and stderr go to files (a flood fills neither a pipe
-    nor memory; FILE_SIZE_LIMIT stops it) and come back cut at ``max_chars`` each."""
+    nor memory; FILE_SIZE_LIMIT stops it) and come back cut at ``max_chars`` each: the head of
+    stdout, the tail of stderr."""
     home = tempfile.mkdtemp(prefix="mpirl-python-")
     scratch = os.path.join(home, "scratch")
     os.mkdir(scratch)
@@ -170,7 +182,7 @@ def run_code(code: str, timeout_s: float, memory_mb: int, max_chars: int) -> Out
             os.killpg(proc.pid, signal.SIGKILL)  # what it left behind, or itself at the limit
         proc.wait()
         seconds = time.monotonic() - started
-        (stdout, cut_out), (stderr, cut_err) = _read_head(out_path, max_chars), _read_head(err_path, max_chars)
+        (stdout, cut_out), (stderr, cut_err) = _read_head(out_path, max_chars), _read_tail(err_path, max_chars)
         returncode = None if timed_out else proc.returncode
         return Outcome(stdout, stderr, cut_out or cut_err, returncode, timed_out, seconds)
     finally:
