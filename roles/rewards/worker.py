@@ -38,7 +38,6 @@ class RewardBuildError(RuntimeError):
     """A worker could not build the rewards, or did not start; the message says why."""
 
 
-
 class ServerStopped(RuntimeError):
     """A worker was asked of a fork server that ``stop_server`` has stopped."""
 
