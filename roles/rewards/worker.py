@@ -4,7 +4,9 @@ Workers are forked by a fork server of their own (one per sandbox): a process ex
 from the rank (no MPI state, no threads) that imports the reward modules once (``preload``),
 so a restart costs a fork. A worker builds the rewards from component specs (plain data),
 says ``ready`` (or why not), then answers batches of pickled ``(response, example)`` pairs,
-one result per item, in order, until its request pipe closes.
+one result per item, in order, until its request pipe closes. The same machinery starts
+workers of another target (``launch``, ``start(target=...)``, ``detach_from_rank``): the
+environment workers of ``roles.environments.pool``.
 
 Departures from multiprocessing's defaults, each for an MPI job: a worker does not re-run the
 parent's ``__main__``; it dies with the rank even while stuck in C code (liveness pipe and
@@ -148,8 +150,9 @@ def _die_with_rank() -> None:
         server._forkserver_alive_fd = None
 
 
-def serve(specs, requests, results) -> None:
-    """The worker's main: build ``CombinedReward(specs)``, then score requests until EOF."""
+def detach_from_rank() -> None:
+    """What every worker does first, whatever it runs: die with the rank, leave the stop
+    signals to it, and drop the MPI launcher's environment."""
     _die_with_rank()
     # Stop signals are the rank's to act on (it finishes the step, then closes us); they reach
     # workers too (process group, Open MPI's forwarding, Slurm's --signal).
@@ -159,6 +162,11 @@ def serve(specs, requests, results) -> None:
     # join the job as a second copy of this rank.
     for key in [k for k in os.environ if k.startswith(("OMPI_", "PMIX_", "PMI_"))]:
         del os.environ[key]
+
+
+def serve(specs, requests, results) -> None:
+    """The worker's main: build ``CombinedReward(specs)``, then score requests until EOF."""
+    detach_from_rank()
     try:
         reward = CombinedReward(specs)
     except BaseException as e:  # noqa: BLE001 - the parent raises it as RewardBuildError
@@ -195,15 +203,12 @@ def pipe_capacity(conn) -> int:
         return 4096  # not Linux: the smallest pipe buffer of any Unix mpirl runs on
 
 
-def start(server: forkserver.ForkServer, specs, startup_timeout_s: float):
-    """A started worker and its two pipes ``(process, requests, results)``, once it is ready.
-
-    Raises RewardBuildError with the worker's message when it cannot build the rewards,
-    exits while building, or is not ready within ``startup_timeout_s``.
-    """
+def launch(server: forkserver.ForkServer, target, args: tuple, name: str):
+    """A worker running ``target(*args, requests, results)``, and the rank's ends of those two
+    pipes ``(process, requests, results)``; it is not waited for (``start`` waits)."""
     req_r, requests = CONTEXT.Pipe(duplex=False)
     results, res_w = CONTEXT.Pipe(duplex=False)
-    proc = WorkerProcess(server, target=serve, args=(specs, req_r, res_w), daemon=True, name="mpirl-reward-worker")
+    proc = WorkerProcess(server, target=target, args=(*args, req_r, res_w), daemon=True, name=name)
     try:
         proc.start()
     except BaseException:
@@ -213,20 +218,41 @@ def start(server: forkserver.ForkServer, specs, startup_timeout_s: float):
     finally:
         req_r.close()
         res_w.close()  # so that the worker's death reads as EOF here
+    return proc, requests, results
+
+
+def start(
+    server: forkserver.ForkServer,
+    specs,
+    startup_timeout_s: float,
+    *,
+    target=serve,
+    role: str = "reward",
+    built: str = "the rewards",
+    error: type[Exception] = RewardBuildError,
+):
+    """A started worker and its two pipes ``(process, requests, results)``, once it is ready.
+
+    The worker runs ``target(specs, requests, results)`` (``serve`` by default), which sends
+    ``("ready", None)`` or ``("error", message)`` first. Raises ``error`` (RewardBuildError)
+    with the worker's message when it cannot build ``built``, exits while building, or is not
+    ready within ``startup_timeout_s``; ``role`` words the messages.
+    """
+    proc, requests, results = launch(server, target, (specs,), f"mpirl-{role}-worker")
     problem = None
     if not results.poll(startup_timeout_s):
-        problem = f"the reward worker was not ready within {startup_timeout_s:g} s"
+        problem = f"the {role} worker was not ready within {startup_timeout_s:g} s"
     else:
         try:
             kind, message = results.recv()
             if kind != "ready":
-                problem = f"cannot build the rewards: {message}"
+                problem = f"cannot build {built}: {message}"
         except EOFError:
             proc.join(5.0)
-            problem = f"the reward worker exited (code {proc.exitcode}) while building the rewards"
+            problem = f"the {role} worker exited (code {proc.exitcode}) while building {built}"
     if problem is not None:
         stop(proc, requests, results)
-        raise RewardBuildError(problem)
+        raise error(problem)
     return proc, requests, results
 
 

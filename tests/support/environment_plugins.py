@@ -1,0 +1,101 @@
+"""User environments and tools for the environment tests: well-behaved, slow, crashing, broken."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, ClassVar
+
+from roles.environments.base import Environment, EnvironmentConfig, StepResult
+from roles.environments.tools.base import Tool, ToolConfig, ToolError
+
+
+class ScriptedConfig(EnvironmentConfig):
+    greeting: str = "hello"
+
+
+class ScriptedEnv(Environment):
+    """A turn says what the step does: "sleep 2", "crash", "raise", else it is echoed."""
+
+    Config = ScriptedConfig
+
+    def tools(self):
+        return [{"type": "function", "function": {"name": "echo", "description": "", "parameters": {"type": "object"}}}]
+
+    def step(self, state, turn):
+        if turn.startswith("sleep"):
+            time.sleep(float(turn.split()[1]))
+        elif turn == "crash":
+            os._exit(3)
+        elif turn == "raise":
+            raise ValueError("a bad turn")
+        return (state or 0) + 1, StepResult(messages=[{"role": "tool", "content": f"{self.config.greeting} {turn}"}])
+
+    def final_reward(self, state):
+        return float(state)
+
+
+class DuckEnv:
+    """Not an Environment subclass, but has what one needs."""
+
+    def __init__(self, config, seed=0):
+        self.config = config
+
+    def tools(self):
+        return []
+
+    def reset(self, example, messages):
+        return None
+
+    def step(self, state, turn):
+        return state, StepResult(messages=[], done=True)
+
+
+class NoStepEnv:
+    def __init__(self, config, seed=0):
+        pass
+
+    def tools(self):
+        return []
+
+    def reset(self, example, messages):
+        return None
+
+
+class BrokenEnv(Environment):
+    def __init__(self, config, seed=0):
+        raise RuntimeError("no data here")
+
+
+class ShoutConfig(ToolConfig):
+    times: int = 1
+
+
+class ShoutTool(Tool):
+    name: ClassVar[str] = "shout"
+    description: ClassVar[str] = "Upper-cases text."
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"text": {"type": "string"}},
+        "required": ["text"],
+    }
+    Config = ShoutConfig
+
+    def __call__(self, text: str) -> str:
+        if text == "fail":
+            raise ToolError("cannot shout that")
+        if text == "bug":
+            raise KeyError("oops")
+        return text.upper() * self.config.times
+
+
+class BadSchemaTool(Tool):
+    name: ClassVar[str] = "bad_schema"
+    parameters: ClassVar[dict[str, Any]] = {"type": "object", "properties": {"x": {"type": 12}}}
+
+    def __call__(self, **arguments) -> str:
+        return ""
+
+
+class NotATool:
+    pass
