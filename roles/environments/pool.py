@@ -45,6 +45,10 @@ class CallResult:
     value: Any  # reset: Opening; step: (state, StepResult); final: float | None; None if not ok
     error: str | None  # why it failed
     seconds: float  # from the call's start in a worker (or its submission, if it never started)
+    # Failed for want of time or of its worker (its state from before the call is still good),
+    # not because the environment raised
+    timed_out: bool = False
+    crashed: bool = False
 
 
 class _Slot:
@@ -242,7 +246,8 @@ class EnvironmentPool:
     def _fail(self, i: int, error: str, crashed: bool) -> None:
         slot = self._slots[i]
         self.crashes += crashed
-        self._done.append(CallResult(slot.key, False, None, error, time.monotonic() - slot.since))
+        seconds = time.monotonic() - slot.since
+        self._done.append(CallResult(slot.key, False, None, error, seconds, timed_out=not crashed, crashed=crashed))
         slot.key = None
         self._replace(i)
 
