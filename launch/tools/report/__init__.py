@@ -24,8 +24,9 @@ def write_report(run_dirs: list[Path], out: Path) -> Path:
     from launch.tools.report import episode_figures, figures
     from launch.tools.report.page import write_page
 
-    FIGURES = (*figures.FIGURES, episode_figures.FIGURE)
     runs = load_runs([Path(d) for d in run_dirs])
+    # The episodes' figure only for runs that had episodes: for others it is not "skipped", it is not theirs.
+    FIGURES = (*figures.FIGURES, *((episode_figures.FIGURE,) if episode_figures.applies(runs) else ()))
     out = Path(out)
     check_out(out, [file_name for file_name, *_ in FIGURES])
     try:

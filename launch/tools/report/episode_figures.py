@@ -9,9 +9,14 @@ from launch.tools.report.figures import SMOOTHED, has, per_run_figure, smoothed_
 from launch.tools.report.runs import Run
 
 
+def applies(runs: list[Run]) -> bool:
+    """Whether any of the runs had multi-turn episodes."""
+    return has(runs, "episodes.episode_turns_mean")
+
+
 def episodes_png(runs: list[Run], path: Path) -> Path | None:
     """Turns per episode, and the share of episodes that call a tool with the calls' error rate."""
-    if not has(runs, "episodes.episode_turns_mean"):
+    if not applies(runs):
         return None
     return per_run_figure(
         runs,

@@ -411,3 +411,14 @@ def test_cli_report_writes_beside_one_run_by_default(tmp_path, capsys):
     code, out, _ = run_cli(["report", str(run)], capsys)
     assert code == 0 and out.strip() == str(run / "report" / "report.md")
     assert_links_resolve(run / "report" / "report.md")
+
+
+def test_a_run_with_episodes_gets_their_figure(tmp_path):
+    run = make_run(tmp_path / "tools")
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    for i, line in enumerate(lines):
+        line["episodes"] = {"episode_turns_mean": 1.5 + i / 60, "tool_call_rate": i / 30, "tool_error_rate": 0.1}
+    (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    page = write_report([run], tmp_path / "report")
+    assert_real_png(page.parent / "episodes.png")
+    assert "Episodes and tool calls" in page.read_text() and "Skipped" not in page.read_text()
