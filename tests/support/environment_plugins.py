@@ -6,7 +6,7 @@ import os
 import time
 from typing import Any, ClassVar
 
-from roles.environments.base import Environment, EnvironmentConfig, StepResult
+from roles.environments.base import Environment, EnvironmentConfig, Opening, StepResult
 from roles.environments.tools.base import Tool, ToolConfig, ToolError
 
 
@@ -99,3 +99,29 @@ class BadSchemaTool(Tool):
 
 class NotATool:
     pass
+
+
+class TurnsConfig(EnvironmentConfig):
+    turns: int = 3  # model turns per episode
+
+
+class TurnsEnv(Environment):
+    """Every turn but the last gets a short observation, whatever it says: episodes of exactly
+    ``turns`` turns (unless cut), for end-to-end runs with any model or engine."""
+
+    Config = TurnsConfig
+
+    def tools(self):
+        return [{"type": "function", "function": {"name": "note", "description": "", "parameters": {"type": "object"}}}]
+
+    def reset(self, example, messages):
+        return Opening(messages=list(messages), state=0)
+
+    def step(self, state, turn):
+        if state + 1 >= self.config.turns:  # a reward that differs between episodes: groups train
+            return state + 1, StepResult(messages=[], done=True, reward=float(len(turn) % 3))
+        info = {"tool_calls": 1.0, "tool_errors": float(state == 0), "tool_latency_s": 0.001}
+        return state + 1, StepResult(messages=[{"role": "tool", "name": "note", "content": f"ok {state}"}], info=info)
+
+    def final_reward(self, state):
+        return 0.0
