@@ -148,3 +148,24 @@ def _stats(episodes: Sequence[Episode]) -> EpisodeStats:
         turns_mean=mean(turns),
         ids={e.example.id: e.ids for e in episodes},
     )
+
+
+def heldout_figures(
+    model_dir, seed: int = 0, examples: int = 200, max_new_tokens: int = 40, max_turns: int = 3, **task_options
+) -> dict[str, dict[str, float]]:
+    """Greedy and sampled (temperature 1) figures of the model in ``model_dir`` on the first
+    ``examples`` of ``AdditionTask``'s eval split (its options as the role map gives them)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from examples.tools.task import AdditionTask
+
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir))
+    task = AdditionTask(AdditionTask.Config.model_validate(task_options), seed)
+    held = task.examples("eval")[:examples]
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens)
+    sampled = SamplingConfig(temperature=1.0, max_new_tokens=max_new_tokens, seed=seed)
+    return {
+        "greedy": run_episodes(model, tokenizer, held, greedy, max_turns).summary(),
+        "sampled": run_episodes(model, tokenizer, held, sampled, max_turns).summary(),
+    }
