@@ -24,7 +24,9 @@ from typing import Literal
 import numpy as np
 import torch
 
-Row = tuple[np.ndarray, np.ndarray]  # (prompt token ids, target token ids)
+# (prompt token ids, target token ids), or with a third array: a 0/1 loss mask over the target
+# (a multi-turn target's observations, which the model reads but does not write, carry none).
+Row = tuple[np.ndarray, np.ndarray] | tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 @dataclass
@@ -165,14 +167,20 @@ def _lr_factor(cfg: SFTConfig) -> Callable[[int], float]:
 
 
 def _pad_rows(rows: Sequence[Row], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded prompt+target rows; labels are -100 except on the target."""
-    width = max(len(p) + len(t) for p, t in rows)
+    """Right-padded prompt+target rows; labels are -100 except on the target (where its mask,
+    if the row has one, is 1)."""
+    width = max(len(r[0]) + len(r[1]) for r in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
     labels = torch.full_like(ids, -100)  # HF's ignore index: prompt and padding carry no loss
-    for i, (p, t) in enumerate(rows):
+    for i, (p, t, *loss_mask) in enumerate(rows):
         seq = torch.as_tensor(np.concatenate([p, t]), dtype=torch.long)
         ids[i, : len(seq)] = seq
         mask[i, : len(seq)] = 1
-        labels[i, len(p) : len(seq)] = seq[len(p) :]
+        target = seq[len(p) :]
+        if loss_mask:
+            if len(loss_mask[0]) != len(t):
+                raise ValueError(f"SFT row {i}: a loss mask of {len(loss_mask[0])} for a target of {len(t)} tokens")
+            target = torch.where(torch.as_tensor(loss_mask[0]).bool(), target, -100)
+        labels[i, len(p) : len(seq)] = target
     return ids, mask, labels

@@ -40,6 +40,51 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 
+# CHAT_TEMPLATE with Qwen2.5's tool calling, shortened for a tiny model: with ``tools=``, one
+# system block lists their JSON specs (after the caller's system message, if any) and shows the
+# call format; role "tool" messages become <tool_response> blocks inside one user turn per run
+# of them; an assistant message's ``tool_calls`` are written as <tool_call> blocks. Without
+# tools and tool messages it renders exactly as CHAT_TEMPLATE.
+TOOLS_CHAT_TEMPLATE = (
+    "{%- if tools %}"
+    "{{- '<|im_start|>system\\n' }}"
+    "{%- if messages and messages[0]['role'] == 'system' %}{{- messages[0]['content'] + '\\n\\n' }}{%- endif %}"
+    "{{- '# Tools\\n<tools>' }}"
+    # Each tool's function spec alone (name, description, parameters), without the wrapper
+    # {"type": "function", "function": ...}: ten tokens fewer per tool for a tiny model.
+    "{%- for tool in tools %}{%- if tool['function'] is defined %}{%- set tool = tool['function'] %}{%- endif %}"
+    "{{- '\\n' + (tool | tojson) }}{%- endfor %}"
+    '{{- \'\\n</tools>\\nCall one as <tool_call>\\n{"name": <name>, "arguments": <args>}\\n</tool_call>'
+    "<|im_end|>\\n' }}"
+    "{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if tools and loop.first and message['role'] == 'system' %}"
+    "{%- elif message['role'] == 'tool' %}"
+    "{%- if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\\n<tool_response>\\n' + message['content'] + '\\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}{{- '<|im_end|>\\n' }}{%- endif %}"
+    "{%- elif message['role'] == 'assistant' and message['tool_calls'] %}"
+    "{{- '<|im_start|>assistant' }}"
+    "{%- if message['content'] %}{{- '\\n' + message['content'] }}{%- endif %}"
+    "{%- for call in message['tool_calls'] %}"
+    "{%- if call['function'] is defined %}{%- set call = call['function'] %}{%- endif %}"
+    "{{- '\\n<tool_call>\\n{\"name\": \"' + call['name'] + '\", \"arguments\": ' }}"
+    "{%- if call['arguments'] is string %}{{- call['arguments'] }}"
+    "{%- else %}{{- call['arguments'] | tojson }}{%- endif %}"
+    "{{- '}\\n</tool_call>' }}"
+    "{%- endfor %}"
+    "{{- '<|im_end|>\\n' }}"
+    "{%- else %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+# Tool markup as Qwen2.5 has it: added tokens, each one id, but not special (decoding with
+# skip_special_tokens keeps them, so a turn's text still shows its call).
+TOOL_TOKENS = ("<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>")
+
 # The role names the template writes between its special tokens. They occur in every
 # conversation, so a real chat tokenizer has each as one token; the trainer sees them as often
 # as the texts so that this one does too.
@@ -50,7 +95,7 @@ MIN_VOCAB = 256 + len(SPECIAL_TOKENS)
 
 
 def save_bpe_chat_tokenizer(
-    out_dir: str | Path, texts: Iterable[str], vocab_size: int = 1024
+    out_dir: str | Path, texts: Iterable[str], vocab_size: int = 1024, tools: bool = False
 ) -> PreTrainedTokenizerFast:
     """Train a byte-level BPE of at most ``vocab_size`` ids on ``texts``, save it in ``out_dir``.
 
@@ -61,9 +106,17 @@ def save_bpe_chat_tokenizer(
     chat template, where Qwen2.5 keeps them), which ``AutoTokenizer.from_pretrained`` loads
     offline. The vocabulary is smaller than ``vocab_size`` when the texts run out of pairs to
     merge (the trainer stops there).
+
+    ``tools``: the template is ``TOOLS_CHAT_TEMPLATE`` (it renders ``tools=`` and role "tool"
+    messages) and ``TOOL_TOKENS`` are added tokens, counted in ``vocab_size``; ``texts`` should
+    then hold what the tool blocks say too (the specs, the calls, the results).
     """
-    if vocab_size < MIN_VOCAB:
-        raise ValueError(f"vocab_size must be at least {MIN_VOCAB} (bytes + special tokens), got {vocab_size}")
+    added = TOOL_TOKENS if tools else ()
+    if vocab_size < MIN_VOCAB + len(added):
+        raise ValueError(
+            f"vocab_size must be at least {MIN_VOCAB + len(added)} (bytes + special tokens"
+            f"{' + tool tokens' if tools else ''}), got {vocab_size}"
+        )
     tok = Tokenizer(models.BPE())  # no unk token: byte-level means every text encodes
     tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence(
@@ -74,7 +127,7 @@ def save_bpe_chat_tokenizer(
     )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
+        vocab_size=vocab_size - len(added),
         special_tokens=list(SPECIAL_TOKENS),
         # Every byte is in the vocabulary even if the texts never use it, so unseen
         # characters still encode (as bytes) instead of vanishing.
@@ -87,9 +140,10 @@ def save_bpe_chat_tokenizer(
         pad_token=PAD,
         eos_token=IM_END,  # what a chat model emits at the end of its turn
         extra_special_tokens=[IM_START],
-        chat_template=CHAT_TEMPLATE,
+        chat_template=TOOLS_CHAT_TEMPLATE if tools else CHAT_TEMPLATE,
         padding_side="left",  # prompts are batched for generation, which pads on the left
     )
+    fast.add_tokens(list(added))  # after the trained ids: non-special, as Qwen2.5's are
     # The template in tokenizer_config.json (not chat_template.jinja): Qwen2.5's layout, which
     # every transformers and vLLM version reads.
     fast.save_pretrained(str(out_dir), save_jinja_files=False)
