@@ -1,10 +1,10 @@
-"""The demo's stand-in calculator: its spec, Hermes tool calls, and an evaluator of "A+B".
+"""The demo's calculator outside the RL job: its spec, Hermes tool calls, and their results.
 
-Until the library's ``calculator`` tool and Hermes parser (``roles.environments``) land, the
-demo's preparation runs its episodes with these: ``CALCULATOR_SPEC`` is what the chat template
-lists under ``tools=``, ``call_text`` writes a call as the model is taught to, ``parse_call``
-finds one in a turn's text and ``calculate`` evaluates sums of non-negative integers (anything
-else is an error result, as a bad call is an error observation in an episode).
+The warm start and the held-out loop (``prepare``, ``heldout``) play episodes without the RL
+job's workers, with these: ``CALCULATOR_SPEC`` is the library's ``calculator`` spec (what the
+job's chat template lists under ``tools=``), ``call_text`` writes a call as the model is taught
+to, ``parse_call`` finds one in a turn's text and ``calculate`` answers it with the library's
+evaluator (``error: ...`` for a bad call, as the job's ``tools`` environment answers).
 
 Knows nothing of models, tokens or tasks.
 """
@@ -15,23 +15,14 @@ import json
 import re
 from typing import Any
 
-CALCULATOR_SPEC: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "calculator",
-        "description": "Evaluate an arithmetic expression.",
-        "parameters": {
-            "type": "object",
-            "properties": {"expression": {"type": "string"}},
-            "required": ["expression"],
-        },
-    },
-}
+from roles.environments.tools.base import ToolError
+from roles.environments.tools.calculator import Calculator, evaluate
+
+CALCULATOR_SPEC: dict[str, Any] = Calculator.spec()  # the library's, as the RL job renders it
 TOOL_NAME = CALCULATOR_SPEC["function"]["name"]
 
 # Hermes/Qwen2.5: a JSON object between <tool_call> and </tool_call> on lines of their own.
 _CALL = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
-_SUM = re.compile(r"\s*(\d+)\s*\+\s*(\d+)\s*")
 
 
 def call_text(expression: str) -> str:
@@ -63,13 +54,14 @@ def parse_call(turn: str) -> dict[str, Any] | None:
 
 
 def calculate(call: dict[str, Any]) -> tuple[str, bool]:
-    """The tool's result text for a parsed call, and whether the call succeeded."""
+    """The tool's result text for a parsed call, and whether the call succeeded: what the
+    library's ``tools`` environment answers (``error: ...`` for a bad call)."""
     if "error" in call:
-        return f"Error: {call['error']}", False
+        return f"error: {call['error']}", False
     if call["name"] != TOOL_NAME:
-        return f"Error: unknown tool {call['name']!r}", False
+        return f"error: unknown tool {call['name']!r}", False
     expression = call["arguments"].get("expression")
-    found = _SUM.fullmatch(expression) if isinstance(expression, str) else None
-    if found is None:
-        return f"Error: cannot evaluate {expression!r}", False
-    return str(int(found.group(1)) + int(found.group(2))), True
+    try:
+        return evaluate(expression if isinstance(expression, str) else ""), True
+    except ToolError as e:
+        return f"error: {e}", False

@@ -19,8 +19,9 @@ def test_no_call_and_bad_calls():
     assert parse_call("7896") is None
     for turn in ("<tool_call>\n{", "<tool_call>{nope}</tool_call>", '<tool_call>{"name": 1}</tool_call>'):
         result, ok = calculate(parse_call(turn))
-        assert not ok and result.startswith("Error"), turn
+        assert not ok and result.startswith("error:"), turn
     unknown = '<tool_call>{"name": "search", "arguments": {}}</tool_call>'
-    assert calculate(parse_call(unknown)) == ("Error: unknown tool 'search'", False)
-    odd = '<tool_call>{"name": "calculator", "arguments": {"expression": "4*5"}}</tool_call>'
-    assert calculate(parse_call(odd))[1] is False
+    assert calculate(parse_call(unknown)) == ("error: unknown tool 'search'", False)
+    product = '<tool_call>{"name": "calculator", "arguments": {"expression": "4*5"}}</tool_call>'
+    assert calculate(parse_call(product)) == ("20", True)  # the library's calculator, not a+b only
+    assert calculate(parse_call(product.replace("4*5", "import os")))[1] is False

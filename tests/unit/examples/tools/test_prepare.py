@@ -52,10 +52,10 @@ def test_episodes_stop_at_the_context(tmp_path, task, tools_tok):
     """A model whose context leaves no room for a turn plays no turn: nothing is cut or overrun."""
     from examples.toy.tiny_llama import build_tiny_llama_for_tokenizer
 
-    build_tiny_llama_for_tokenizer(tmp_path, tools_tok, **{**TINY_SIZE, "max_position_embeddings": 160})
+    build_tiny_llama_for_tokenizer(tmp_path, tools_tok, **{**TINY_SIZE, "max_position_embeddings": 256})
     model = AutoModelForCausalLM.from_pretrained(tmp_path)
     stats = run_episodes(model, tools_tok, task.examples("eval")[:3], SamplingConfig(0.0, max_new_tokens=8))
-    assert stats.episodes == 3 and all(len(ids) <= 160 for ids in stats.ids.values())
+    assert stats.episodes == 3 and all(len(ids) <= 256 for ids in stats.ids.values())
     model.config.max_position_embeddings = 20  # shorter than any prompt
     stats = run_episodes(model, tools_tok, task.examples("eval")[:3], SamplingConfig(0.0, max_new_tokens=8))
     assert stats.accuracy == 0.0 and stats.turns_mean == 1.0 and stats.tool_rate == 0.0
