@@ -22,7 +22,7 @@ export PRTE_MCA_pmix_tool_support ?= 0
 export OMP_NUM_THREADS ?= 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo demo-gsm8k demo-check test lint format test-unit test-mpi test-faults test-hpc bench venv clean
+.PHONY: demo demo-gsm8k demo-tools demo-check test lint format test-unit test-mpi test-faults test-hpc bench venv clean
 
 venv: $(STAMP) $(FAST)
 
@@ -47,6 +47,10 @@ demo: venv
 # The real pipeline on CPU: GSM8K-format files, a BPE chat tokenizer, the gsm8k reward, eval.
 demo-gsm8k: venv
 	$(PY) examples/gsm8k/demo.py
+
+# Multi-turn episodes on CPU: a tiny model learns to call a calculator (docs/environments.md).
+demo-tools: venv
+	$(PY) examples/tools/demo.py
 
 # Both demos, then their learning figures against examples/*/expected.json
 # (examples/check_figures.py): a change that moves what the demos learn fails here. About

@@ -25,6 +25,7 @@ RECIPES = {
     "examples/gsm8k/qwen2.5-0.5b-1node.yaml": ("gsm8k", 32768),
     "examples/math/qwen2.5-7b-4nodes.yaml": ("math", 32768),
     "examples/gsm8k/qwen2.5-0.5b-reward-model.yaml": ("gsm8k", 32768),
+    "examples/tools/qwen2.5-1.5b-calculator.yaml": ("gsm8k", 32768),
 }
 
 
@@ -50,6 +51,14 @@ def _write(path, rows):
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
+def _tool_specs() -> list[str]:
+    """The built-in tools' specs as the template writes them: a real tokenizer's merges cover
+    such text, and the stand-in's should too, or its prompts would be many times longer."""
+    from roles.environments.tools import tool_class
+
+    return [json.dumps(tool_class(name).spec()["function"]) for name in ("calculator", "python")] * 5
+
+
 @pytest.fixture(scope="module")
 def stand_in_model(tmp_path_factory):
     from examples.toy.tiny_bpe import save_bpe_chat_tokenizer
@@ -57,7 +66,9 @@ def stand_in_model(tmp_path_factory):
     d = tmp_path_factory.mktemp("stand_in")
     (d / "config.json").write_text(json.dumps({"model_type": "qwen2", "max_position_embeddings": 32768}))
     write_placeholder_weights(d)
-    save_bpe_chat_tokenizer(d, ["Tom has 3 apples and eats 1.", "What is \\frac{1}{2}?"], vocab_size=300)
+    # The tool-calling template (Qwen2.5's shape): it renders plain prompts as the plain one does.
+    texts = ["Tom has 3 apples and eats 1.", "What is \\frac{1}{2}?", *_tool_specs()]
+    save_bpe_chat_tokenizer(d, texts, vocab_size=600, tools=True)
     return d
 
 
@@ -131,3 +142,25 @@ def test_the_resumable_slurm_script_requeues_only_a_checkpointed_stop(tmp_path, 
     assert (log.read_text().split() == ["requeue", "42"]) if requeued else not log.exists()
     text = script.read_text()
     assert "#SBATCH --signal=USR1@" in text and "#SBATCH --requeue" in text
+
+
+def test_the_tools_recipe_names_a_model_whose_template_cannot_render_tools(stand_in_model, tmp_path):
+    import shutil
+
+    from examples.toy.tiny_bpe import save_bpe_chat_tokenizer
+
+    plain = tmp_path / "plain"
+    shutil.copytree(stand_in_model, plain)
+    save_bpe_chat_tokenizer(plain, ["Tom has 3 apples and eats 1."], vocab_size=300)  # no tools in its template
+    raw = yaml.safe_load((REPO / "examples/tools/qwen2.5-1.5b-calculator.yaml").read_text())
+    raw["model"]["path"] = str(plain)
+    for key in ("train_files", "eval_files"):
+        raw["task"][key] = [str(tmp_path / f"{key}.jsonl")]
+        _write(tmp_path / f"{key}.jsonl", _rows("gsm8k", 5))
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    out = subprocess.run(
+        [sys.executable, "-m", "launch.cli", "check", str(path)], capture_output=True, text=True, cwd=REPO, timeout=180
+    )
+    assert out.returncode == 2
+    assert f"environment: model.path {plain}: the chat template does not render tools" in out.stderr
