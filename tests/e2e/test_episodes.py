@@ -12,7 +12,8 @@ import json
 import pytest
 
 from launch import recipe
-from support.jobs import CONFIG, JOB_TIMEOUT_S
+from support.jobs import CONFIG, JOB_TIMEOUT_S, kill_after_checkpoint
+from support.paths import REPO
 
 pytestmark = pytest.mark.timeout(900)
 STEPS, TURN = 4, 6  # steps; tokens per sampled turn (the sim engine's fixed length)
@@ -60,3 +61,71 @@ def test_episodes_of_three_turns_train_on_their_sampled_tokens_only(tmp_path, to
     assert any(m["trainer"]["trained_tokens"] > 0 for m in metrics)
     shown = [json.loads(line) for line in (tmp_path / "samples.jsonl").read_text().splitlines()]
     assert shown and all("ok 0" in s["response"] and "ok 1" in s["response"] for s in shown)
+
+
+@pytest.mark.slow
+def test_an_environment_that_raises_on_some_examples_costs_those_episodes_only(tmp_path, tool_model):
+    overrides = {
+        "model": {"path": str(tool_model)},
+        "world": {
+            "generator": {"engine": "sim", "sim": {"per_token_s": 0.0005, "vocab": 300, "lengths": {"mean": TURN}}}
+        },
+        "rollout": {"mode": "stream", "prompts_per_step": 8, "samples_per_prompt": 2, "max_new_tokens": 8},
+        "environment": {"name": "support.environment_plugins:TurnsEnv", "fail_every": 3, "max_episode_tokens": 200},
+        "run": {"steps": STEPS, "max_staleness": 1, "out": str(tmp_path), "progress": False},
+    }
+    recipe.run_job(recipe.write_config(CONFIG, tmp_path, overrides), timeout_s=JOB_TIMEOUT_S, quiet=True)
+    metrics = recipe.read_metrics(tmp_path)
+    assert [m["step"] for m in metrics] == list(range(STEPS))
+    errors = sum(m["episodes"]["env_errors"] for m in metrics)
+    failed = sum(m["episodes"]["ended_error_share"] for m in metrics) / STEPS
+    assert errors > 0 and 0 < failed < 1  # a third of the examples fail; the rest run their three turns
+
+
+@pytest.fixture(scope="module")
+def calculator_model(tmp_path_factory):
+    """The tool demo's model with a short warm start: it writes calculator calls and ends its
+    turns (how well it copies does not matter here)."""
+    from examples.tools.prepare import PrepareConfig, prepare
+    from examples.toy.sft import SFTConfig
+
+    root = tmp_path_factory.mktemp("calculator")
+    quick = PrepareConfig(
+        copy_sft=SFTConfig(fraction=0.25, steps=120, lr=3e-3, batch=16),
+        sft=SFTConfig(fraction=0.25, steps=20, lr=1e-3, batch=16),
+        eval_examples=8,
+    )
+    prepare(root, seed=0, config=quick)
+    return root / "sft"
+
+
+def _calculator_job(run_dir, model, **extra):
+    overrides = {
+        "model": {"path": str(model)},
+        "rollout": {"prompts_per_step": 4, "samples_per_prompt": 4},
+        "eval": {"enabled": False},
+        "run": {"out": str(run_dir), "progress": False, "steps": 6, "max_staleness": 0},
+        "checkpoint": {"every_steps": 2, "keep_last": 2},
+        **extra,
+    }
+    return recipe.write_config(REPO / "examples/tools/async.yaml", run_dir, overrides)
+
+
+@pytest.mark.slow
+def test_a_killed_run_of_tool_episodes_resumes_bit_identically_at_staleness_0(tmp_path, calculator_model):
+    """The real engine, the calculator in its workers: episodes sampled after a resume are the
+    uninterrupted run's, token for token, so the weights are bit-identical."""
+    from safetensors.torch import load_file
+
+    whole, broken = tmp_path / "whole", tmp_path / "broken"
+    recipe.run_job(_calculator_job(whole, calculator_model), timeout_s=JOB_TIMEOUT_S, quiet=True)
+    kill_after_checkpoint(_calculator_job(broken, calculator_model), broken, steps_done=2)
+    recipe.run_job(_calculator_job(broken, calculator_model), timeout_s=JOB_TIMEOUT_S, quiet=True)
+    a, b = recipe.read_metrics(whole), recipe.read_metrics(broken)
+    assert [m["step"] for m in b] == list(range(6))
+    assert any(m["episodes"]["tool_calls_per_episode"] > 0 for m in a)  # the episodes did call the tool
+    for x, y in zip(a, b):
+        for key in ("reward_mean", "loss", "tokens", "episodes"):
+            assert x[key] == y[key], (x["step"], key)
+    wa, wb = (load_file(str(d / "policy" / "model.safetensors")) for d in (whole, broken))
+    assert all((wa[n] == wb[n]).all() for n in wa)

@@ -20,8 +20,8 @@ import pytest
 from safetensors.torch import load_file
 
 from examples.arith import prepare as arith
-from launch import preflight, recipe
-from launch.cli import mpiexec_command
+from launch import recipe
+from support.jobs import kill_after_checkpoint
 from support.paths import REPO
 
 CONFIG = REPO / "examples/arith/async.yaml"
@@ -48,24 +48,6 @@ def _config(run_dir: Path, sft_model: Path, staleness: int, **extra) -> Path:
     return recipe.write_config(CONFIG, run_dir, recipe.merge_overrides(overrides, extra))
 
 
-def _kill_after_checkpoint(config: Path, run_dir: Path, steps_done: int) -> None:
-    """Start the job and SIGKILL all of it once the checkpoint after ``steps_done`` steps is complete."""
-    cfg = preflight.load(config)
-    cmd, env = mpiexec_command(cfg.world.size, [sys.executable, "-m", "launch", str(config)])
-    env["PYTHONPATH"] = str(REPO)
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    want = run_dir / "checkpoints" / f"step-{steps_done:08d}" / "COMPLETE"
-    deadline = time.monotonic() + JOB_TIMEOUT_S
-    try:
-        while not want.exists():
-            assert proc.poll() is None, "the job ended before its checkpoint"
-            assert time.monotonic() < deadline, "no checkpoint in time"
-            time.sleep(0.05)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-
-
 def _weights(run_dir: Path) -> dict:
     return load_file(str(run_dir / "policy" / "model.safetensors"))
 
@@ -80,7 +62,7 @@ def test_a_killed_run_resumes_bit_identically_at_staleness_0(tmp_path, sft_model
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     rollout = CRITIC if mode == "critic" else {"rollout": {"mode": mode}}
     recipe.run_job(_config(whole, sft_model, 0, **rollout), timeout_s=JOB_TIMEOUT_S, quiet=True)
-    _kill_after_checkpoint(_config(broken, sft_model, 0, **rollout), broken, steps_done=4)
+    kill_after_checkpoint(_config(broken, sft_model, 0, **rollout), broken, steps_done=4)
     recipe.run_job(_config(broken, sft_model, 0, **rollout), timeout_s=JOB_TIMEOUT_S, quiet=True)  # resume: auto
 
     a, b = recipe.read_metrics(whole), recipe.read_metrics(broken)
@@ -130,7 +112,7 @@ def test_a_killed_run_trains_every_step_once_at_staleness_1(tmp_path, sft_model,
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     rollout = {"mode": "stream", "oversample": 0.5} if mode == "partial" else {"mode": mode}
     recipe.run_job(_config(whole, sft_model, 1, rollout=rollout), timeout_s=JOB_TIMEOUT_S, quiet=True)
-    _kill_after_checkpoint(_config(broken, sft_model, 1, rollout=rollout), broken, steps_done=4)
+    kill_after_checkpoint(_config(broken, sft_model, 1, rollout=rollout), broken, steps_done=4)
     recipe.run_job(_config(broken, sft_model, 1, rollout=rollout), timeout_s=JOB_TIMEOUT_S, quiet=True)
 
     a, b = recipe.read_metrics(whole), recipe.read_metrics(broken)
@@ -273,7 +255,7 @@ def test_a_run_of_two_trainers_resumes_on_one(tmp_path, sft_model):
 
     run_dir = tmp_path / "run"
     two = _config(run_dir, sft_model, 0, world={"trainer": 2})
-    _kill_after_checkpoint(two, run_dir, steps_done=4)
+    kill_after_checkpoint(two, run_dir, steps_done=4)
     # Killed: every rank's spans are on disk up to then (runtime/spans.py), and trace reads them.
     killed = read_spans(run_dir)
     assert [r["role"] for r in killed] == ["controller", "generator", "reward", "trainer", "trainer"]

@@ -103,6 +103,7 @@ class NotATool:
 
 class TurnsConfig(EnvironmentConfig):
     turns: int = 3  # model turns per episode
+    fail_every: int = 0  # > 0: step raises for the examples whose id this divides
 
 
 class TurnsEnv(Environment):
@@ -115,9 +116,12 @@ class TurnsEnv(Environment):
         return [{"type": "function", "function": {"name": "note", "description": "", "parameters": {"type": "object"}}}]
 
     def reset(self, example, messages):
-        return Opening(messages=list(messages), state=0)
+        fails = self.config.fail_every > 0 and example.id % self.config.fail_every == 0
+        return Opening(messages=list(messages), state=-1 if fails else 0)
 
     def step(self, state, turn):
+        if state < 0:
+            raise RuntimeError("this example breaks the environment")
         if state + 1 >= self.config.turns:  # a reward that differs between episodes: groups train
             return state + 1, StepResult(messages=[], done=True, reward=float(len(turn) % 3))
         info = {"tool_calls": 1.0, "tool_errors": float(state == 0), "tool_latency_s": 0.001}

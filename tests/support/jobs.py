@@ -3,6 +3,8 @@ and ways to run a job capturing its output."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -51,3 +53,21 @@ def run_timed(cmd, env, timeout_s: float) -> tuple[int, list[tuple[float, str]],
             job.wait()
         reader.join(timeout=10)
     return job.returncode, lines, ended_at
+
+
+def kill_after_checkpoint(config: Path, run_dir: Path, steps_done: int) -> None:
+    """Start the job and SIGKILL all of it once the checkpoint after ``steps_done`` steps is complete."""
+    cfg = preflight.load(config)
+    cmd, env = mpiexec_command(cfg.world.size, [sys.executable, "-m", "launch", str(config)])
+    env["PYTHONPATH"] = str(REPO)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    want = run_dir / "checkpoints" / f"step-{steps_done:08d}" / "COMPLETE"
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    try:
+        while not want.exists():
+            assert proc.poll() is None, "the job ended before its checkpoint"
+            assert time.monotonic() < deadline, "no checkpoint in time"
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
