@@ -7,7 +7,11 @@ One JSON line per configuration, medians of ``--repeats`` interleaved rounds wit
   (in parallel), and the next turn starts when the slowest call is back;
 - ``stream``: mpirl's runner (``roles.episodes.runner``): a turn is a request; an episode whose
   tool answers goes back to the engine at once while others still wait on theirs, and a new
-  group starts the moment one ends, so as many episodes are in flight as in ``turn_sync``.
+  group starts the moment one ends. As the streaming generator grants credit (room for twice
+  the groups its engine decodes at once, ``roles.stream_generator``), up to twice the engine's
+  capacity in episodes are in flight: those waiting on a tool hold no slot;
+- ``stream_capacity``: the same with no more episodes in flight than ``turn_sync`` has (the
+  engine's capacity): what streaming alone gains, without the room credit gives.
 
 Both use the same pieces: the sim engine (modelled decode time, ``--per-token-ms``; the
 engine's cost is what a real one would spend), the real environment workers
@@ -15,9 +19,9 @@ engine's cost is what a real one would spend), the real environment workers
 median of ``--latency-ms`` and varies ``--spread``-fold (p5 to p95), the real turn renderer
 with a chat tokenizer. Figures: ``episodes_per_s``, ``turns_per_s``, ``engine_busy`` (the
 share of wall time the engine spent decoding), ``tool_latency_ms`` (median call, measured).
-A last line gives ``stream_over_turn_sync``, the ratio of the medians.
+A last line gives each streaming configuration's ratio of medians over ``turn_sync``.
 
-    python bench/episodes.py [--episodes 256] [--in-flight 32] [--repeats 3] [--spread 10]
+    python bench/episodes.py [--episodes 256] [--capacity 32] [--repeats 3] [--spread 10]
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # episode_env, for the workers too
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from roles.engines import sim_engine  # noqa: E402
 from roles.engines.base import SamplingConfig  # noqa: E402
 from roles.engines.sim_cost import SimConfig  # noqa: E402
 from roles.engines.sim_engine import SimEngine  # noqa: E402
@@ -43,15 +48,15 @@ from roles.episodes.runner import EpisodeRunner  # noqa: E402
 from roles.tasks.base import Example  # noqa: E402
 
 GROUP = 4  # episodes per group (samples per prompt)
-CONFIGS = ("turn_sync", "stream")
+CONFIGS = ("turn_sync", "stream", "stream_capacity")
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--episodes", type=int, default=256, help="episodes per round and configuration")
-    p.add_argument("--in-flight", type=int, default=32, help="episodes at once (a turn_sync batch)")
+    p.add_argument("--capacity", type=int, default=32, help="sequences the engine decodes at once (a turn_sync batch)")
     p.add_argument("--tool-turns", type=int, default=2, help="tool calls per episode (turns: one more)")
-    p.add_argument("--latency-ms", type=float, default=30.0, help="the median tool call")
+    p.add_argument("--latency-ms", type=float, default=100.0, help="the median tool call")
     p.add_argument("--spread", type=float, default=10.0, help="p95 / p5 of a tool call's latency")
     p.add_argument("--turn-tokens", type=int, default=16, help="tokens per model turn")
     p.add_argument("--per-token-ms", type=float, default=1.0, help="modelled decode step of the engine")
@@ -72,7 +77,7 @@ class Bench:
         self.args = args
         env = {
             "name": "episode_env:LatencyTools",
-            "workers": args.in_flight,
+            "workers": 2 * args.capacity,  # a call never waits for a worker, in either mode
             "max_turns": args.tool_turns + 1,
             "max_episode_tokens": 4096,
         }
@@ -87,7 +92,7 @@ class Bench:
 
     def run(self, config: str) -> dict:
         args = self.args
-        engine = SimEngine(self.sim, capacity=args.in_flight)
+        engine = SimEngine(self.sim, capacity=args.capacity)
         example = Example(id=0, prompt="What is 12+30?", answer="42")
         runner = EpisodeRunner(
             self.env_config,
@@ -100,12 +105,14 @@ class Bench:
         lockstep = config == "turn_sync"
         held = []
         runner.add = held.append if lockstep else engine.add
-        sampling = SamplingConfig(1.0, 1.0, args.turn_tokens, 0)
+        # room above a turn's length: a turn ends as the model ends it ("stop"), not cut
+        sampling = SamplingConfig(1.0, 1.0, 2 * args.turn_tokens, 0)
         started = ended = turns = 0
         t0 = time.perf_counter()
         while ended < groups:
-            if started < groups and (not runner.groups if lockstep else len(runner.groups) * GROUP < args.in_flight):
-                batch = args.in_flight // GROUP if lockstep else 1
+            room = args.capacity if config == "stream_capacity" else 2 * args.capacity
+            if started < groups and (not runner.groups if lockstep else len(runner.groups) * GROUP < room):
+                batch = args.capacity // GROUP if lockstep else 1
                 for _ in range(min(batch, groups - started)):
                     runner.start(started, 0, GROUP, sampling, self.prompt)
                     started += 1
@@ -141,6 +148,9 @@ def summary(config: str, rounds: list[dict], about: dict) -> dict:
 
 def main() -> None:
     args = parse_args()
+    # One decode step per engine call, as the torch and vLLM engines step: tool results are
+    # taken between decode steps (the sim's default models up to 64 at once, for bench/scale.py).
+    sim_engine.MAX_STEPS_AT_ONCE = 1
     with tempfile.TemporaryDirectory() as tmp:
         bench = Bench(args, tokenizer(Path(tmp)))
         try:
@@ -152,7 +162,7 @@ def main() -> None:
             bench.pool.close()
     about = {
         "episodes": args.episodes,
-        "in_flight": args.in_flight,
+        "capacity": args.capacity,
         "tool_calls_per_episode": args.tool_turns,
         "tool_latency_median_ms": args.latency_ms,
         "tool_latency_spread": args.spread,
@@ -162,8 +172,9 @@ def main() -> None:
     lines = {c: summary(c, rounds[c], about) for c in CONFIGS}
     for line in lines.values():
         print(json.dumps(line), flush=True)
-    ratio = lines["stream"]["episodes_per_s"] / lines["turn_sync"]["episodes_per_s"]
-    print(json.dumps({"bench": "episodes", "stream_over_turn_sync": round(ratio, 3), **about}), flush=True)
+    base = lines["turn_sync"]["episodes_per_s"]
+    ratios = {f"{c}_over_turn_sync": round(lines[c]["episodes_per_s"] / base, 3) for c in CONFIGS[1:]}
+    print(json.dumps({"bench": "episodes", **ratios, **about}), flush=True)
 
 
 if __name__ == "__main__":
