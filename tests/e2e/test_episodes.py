@@ -103,7 +103,7 @@ def _calculator_job(run_dir, model, **extra):
     overrides = {
         "model": {"path": str(model)},
         "rollout": {"prompts_per_step": 4, "samples_per_prompt": 4},
-        "eval": {"enabled": False},
+        "eval": {"every_steps": 0, "before_training": False},
         "run": {"out": str(run_dir), "progress": False, "steps": 6, "max_staleness": 0},
         "checkpoint": {"every_steps": 2, "keep_last": 2},
         **extra,
@@ -125,7 +125,11 @@ def test_a_killed_run_of_tool_episodes_resumes_bit_identically_at_staleness_0(tm
     assert [m["step"] for m in b] == list(range(6))
     assert any(m["episodes"]["tool_calls_per_episode"] > 0 for m in a)  # the episodes did call the tool
     for x, y in zip(a, b):
-        for key in ("reward_mean", "loss", "tokens", "episodes"):
+        for key in ("reward_mean", "loss", "tokens"):
             assert x[key] == y[key], (x["step"], key)
+        timing = {"tool_latency_mean_s"}  # seconds: the only figure a resume may change
+        assert {k: v for k, v in x["episodes"].items() if k not in timing} == {
+            k: v for k, v in y["episodes"].items() if k not in timing
+        }, x["step"]
     wa, wb = (load_file(str(d / "policy" / "model.safetensors")) for d in (whole, broken))
     assert all((wa[n] == wb[n]).all() for n in wa)
