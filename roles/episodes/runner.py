@@ -27,8 +27,9 @@ import numpy as np
 
 from roles.engines.base import Sample, SamplingConfig
 from roles.engines.requests import Finished, Request
-from roles.environments.base import EnvironmentConfig, StepResult
+from roles.environments.base import EnvironmentConfig, Opening, StepResult
 from roles.episodes.episode import Episode
+from roles.episodes.rendering import TemplateError
 
 
 def turn_seed(group_seed: int | None, index: int, turn: int) -> int | None:
@@ -44,6 +45,7 @@ class _Group:
     sampling: SamplingConfig
     fallback_ids: np.ndarray  # the task's prompt, for an episode whose reset failed
     left: int
+    messages: list  # the task's prompt as chat messages (what reset was given)
 
 
 @dataclass
@@ -88,8 +90,8 @@ class EpisodeRunner:
     def start(self, key: int, example_id: int, n: int, sampling: SamplingConfig, prompt_ids) -> None:
         """Group ``key``'s ``n`` episodes of example ``example_id``; ``sampling.seed`` seeds them."""
         episodes = [Episode(key, j, sampling.seed, self.budget) for j in range(n)]
-        self.groups[key] = _Group(episodes, sampling, np.asarray(prompt_ids, np.int32), n)
         example, messages = self.examples(example_id)
+        self.groups[key] = _Group(episodes, sampling, np.asarray(prompt_ids, np.int32), n, messages)
         for ep in episodes:
             self._call(ep, "reset", (example, messages))
 
@@ -128,11 +130,13 @@ class EpisodeRunner:
 
     def _after_reset(self, ep: Episode, result) -> list[GroupDone]:
         group = self.groups[ep.group]
-        if result.ok:
-            opening = result.value
+        try:
+            if not result.ok:
+                raise _Failed(result.error)
+            opening = _opening(result.value, group.messages)
             ep.state = opening.state
             ep.prompt_ids = self.renderer.opening_ids(opening.messages)
-        else:  # sampled from the task's own prompt, then ended and scored 0
+        except (_Failed, TemplateError):  # sampled from the task's own prompt, then ended and scored 0
             ep.env_errors += 1
             ep.end = "error"
             ep.prompt_ids = group.fallback_ids
@@ -145,6 +149,9 @@ class EpisodeRunner:
             if self.config.on_error == "end" or not _recoverable(result):
                 return self._end(ep, "error")
             step = StepResult(messages=[{"role": "tool", "content": f"error: {result.error}"}])
+        elif not _is_step(result.value):  # the environment's mistake: that episode only
+            ep.env_errors += 1
+            return self._end(ep, "error")
         else:
             ep.state, step = result.value
         ep.add_info(step.info)
@@ -153,7 +160,11 @@ class EpisodeRunner:
             return self._end(ep, "done")
         if ep.turns >= self.config.max_turns:
             return self._end(ep, "max_turns")
-        obs = self.renderer.observation_ids(step.messages)
+        try:
+            obs = self.renderer.observation_ids(step.messages)
+        except TemplateError:  # messages the chat template refuses: that episode only
+            ep.env_errors += 1
+            return self._end(ep, "error")
         if len(obs) >= ep.left:  # no room for the observation and one more token
             return self._end(ep, "token_budget")
         ep.add_observation(obs)
@@ -211,6 +222,23 @@ def _shared_prefix(arrays: list[np.ndarray]) -> int:
         differs = np.flatnonzero(a[:n] != first[:n])
         n = int(differs[0]) if len(differs) else n
     return n
+
+
+class _Failed(Exception):
+    """An environment call that failed (its worker's words)."""
+
+
+def _opening(value, messages) -> Opening:
+    """What ``reset`` returned as an ``Opening`` (None: the task's messages, no state)."""
+    if value is None:
+        return Opening(messages=list(messages))
+    if not isinstance(value, Opening):
+        raise _Failed(f"reset returned {type(value).__name__}, not an Opening")
+    return value
+
+
+def _is_step(value) -> bool:
+    return isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], StepResult)
 
 
 def _recoverable(result) -> bool:

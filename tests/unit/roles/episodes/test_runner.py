@@ -267,3 +267,32 @@ def test_openings_that_differ_share_a_prompt_and_lead_each_response_masked(tok):
         lead = opening[shared:]
         assert sample.response_ids[: len(lead)].tolist() == lead.tolist() and not mask[: len(lead)].any()
         assert info["final_start"] == len(lead)
+
+
+class Careless(Calculating):
+    """Returns what an environment must not: ``reset`` None (allowed: the task's messages) and
+    a ``step`` that is not (state, StepResult), or observation messages no template renders."""
+
+    def __init__(self, bad_step: str):
+        super().__init__()
+        self.bad_step = bad_step
+
+    def reset(self, example, messages):
+        return None
+
+    def step(self, state, turn):
+        if self.bad_step == "shape":
+            return "done"
+        return state, StepResult([{"role": "tool", "content": object()}])  # not text: the template raises
+
+
+@pytest.mark.parametrize("bad_step", ["shape", "unrenderable"])
+def test_an_environment_that_answers_wrongly_ends_that_episode_only(tok, bad_step):
+    runner, engine = _runner(tok, env=Careless(bad_step))
+    _start(runner, n=1)
+    runner.pump()
+    assert len(engine.requests) == 1  # reset gave None: the task's own messages open it
+    assert "What is 12+30?" in tok.decode(engine.requests[0].prompt_ids.tolist())
+    engine.finish(runner, tok, CALL)
+    (done,) = _drain(runner)
+    assert done.infos[0]["end"] == "error" and done.infos[0]["env_errors"] == 1
