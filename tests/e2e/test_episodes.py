@@ -8,6 +8,7 @@ shows that only sampled tokens were trained on (the observations between turns a
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -17,6 +18,8 @@ from support.paths import REPO
 
 pytestmark = pytest.mark.timeout(900)
 STEPS, TURN = 4, 6  # steps; tokens per sampled turn (the sim engine's fixed length)
+# The ranks import the test environments (tests/support/environment_plugins.py) by name.
+PLUGINS_ENV = {"PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO)])}
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +48,7 @@ def test_episodes_of_three_turns_train_on_their_sampled_tokens_only(tmp_path, to
         "logging": {"samples_per_step": 2},
     }
     cfg = recipe.write_config(CONFIG, tmp_path, overrides)
-    recipe.run_job(cfg, timeout_s=JOB_TIMEOUT_S, quiet=True)
+    recipe.run_job(cfg, timeout_s=JOB_TIMEOUT_S, quiet=True, extra_env=PLUGINS_ENV)
     metrics = recipe.read_metrics(tmp_path)
     assert [m["step"] for m in metrics] == list(range(STEPS))
     for m in metrics:
@@ -74,7 +77,8 @@ def test_an_environment_that_raises_on_some_examples_costs_those_episodes_only(t
         "environment": {"name": "support.environment_plugins:TurnsEnv", "fail_every": 3, "max_episode_tokens": 200},
         "run": {"steps": STEPS, "max_staleness": 1, "out": str(tmp_path), "progress": False},
     }
-    recipe.run_job(recipe.write_config(CONFIG, tmp_path, overrides), timeout_s=JOB_TIMEOUT_S, quiet=True)
+    cfg = recipe.write_config(CONFIG, tmp_path, overrides)
+    recipe.run_job(cfg, timeout_s=JOB_TIMEOUT_S, quiet=True, extra_env=PLUGINS_ENV)
     metrics = recipe.read_metrics(tmp_path)
     assert [m["step"] for m in metrics] == list(range(STEPS))
     errors = sum(m["episodes"]["env_errors"] for m in metrics)
