@@ -258,7 +258,7 @@ class TrainerActor(Actor):
                 ref_logp, _ = response_logprobs(self.reference, prompts, responses, self.temperature)
         staleness = None
         if self.config.proximal == "loglinear":  # A-3PO's mix of mu and pi, by each token's age
-            ages = [np.broadcast_to(np.asarray(a, np.float32), (len(r),)) for a, r in zip(stale, responses)]
+            ages = [np.resize(np.asarray(a, np.float32), len(r)) for a, r in zip(stale, responses)]
             staleness = pad(ages, 0.0, torch.float32)[:, : logp.shape[1]]
         loss, m = losses.policy_loss(self.config, logp, mu, adv, mask, ref_logp, entropy, staleness, self.agg_constant)
         with torch.no_grad():  # the generator's precision (and lag) on the sampled tokens
@@ -268,13 +268,10 @@ class TrainerActor(Actor):
                 tally.mismatch_max = max(tally.mismatch_max, float(gap.max()) if gap.numel() else 0.0)
         if fault_injected("nan-loss", self.step_index):  # the failure tests' hook
             loss = loss * float("nan")
-        n_tok = float(mask.sum()) * weight
-        if self.config.loss_agg == "token_mean":
-            (loss * n_tok * scale).backward()
-            tally.add(float(loss.detach()), m, n_tok, weight)
-            return
-        seqs = int((mask.sum(dim=1) > 0).sum())
-        units = step_units(self.config.loss_agg, int(mask.sum()), seqs, self.agg_constant) * weight
+        n_tok = units = float(mask.sum()) * weight
+        if self.config.loss_agg != "token_mean":  # the loss is a mean over sequences
+            seqs = int((mask.sum(dim=1) > 0).sum())
+            units = step_units(self.config.loss_agg, int(mask.sum()), seqs, self.agg_constant) * weight
         (loss * units * scale).backward()
         tally.add(float(loss.detach()), m, n_tok, weight, units)
 

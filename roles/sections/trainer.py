@@ -50,8 +50,8 @@ class LossConfig(Section):
     def _kl_with_grpo(self) -> LossConfig:
         if self.kl_coef and self.loss == "aipo" and getattr(self, "advantage", None) != "gae":
             raise ValueError(
-                f"algorithm.kl_coef ({self.kl_coef}) applies to loss: grpo, ppo or decoupled (AIPO has no KL "
-                f"term), or to advantage: gae (a penalty in the reward); loss is {self.loss!r}"
+                f"algorithm.kl_coef ({self.kl_coef}) applies to loss: grpo or ppo (AIPO has no KL term), to "
+                f"decoupled, or to advantage: gae (a penalty in the reward); loss is {self.loss!r}"
             )
         return self
 
