@@ -94,8 +94,7 @@ class TrainerActor(Actor):
         self.version = 0  # policy version = optimizer steps taken
         self.step_index = 0  # the step being collected
         self.groups_per_rank = rollout.prompts_per_step // self.trainers.size
-        # Dr. GRPO's length (loss_agg: constant): the config's, or the longest a response can be
-        self.agg_constant = config.loss_agg_constant or rollout.max_new_tokens
+        self.agg_constant = config.loss_agg_constant or rollout.max_new_tokens  # Dr. GRPO's length
         self.buffers: dict[int, list[Rollout]] = collections.defaultdict(list)
         self._collect_started: float | None = None
         self.last_metrics: dict[str, float] = {}

@@ -210,7 +210,9 @@ def policy_loss(
         tis = config.loss != "decoupled"
         prox = proximal_logp("recompute" if tis else config.proximal, logp, mu, staleness)
         cap = config.correction_cap if tis else config.decoupled_cap
-        loss, metrics = decoupled_loss(logp, mu, advantages, mask, prox, config.clip_eps, config.clip_eps_high, cap, agg)
+        loss, metrics = decoupled_loss(
+            logp, mu, advantages, mask, prox, config.clip_eps, config.clip_eps_high, cap, agg
+        )
         loss, kl_metrics = _with_kl(loss, logp, ref_logp, mask, agg, kl_coef, config.kl_estimator)
         metrics.update(kl_metrics, loss=loss.detach())
     else:

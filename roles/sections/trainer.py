@@ -60,7 +60,9 @@ class LossConfig(Section):
         given = self.model_fields_set
         clipped = ("grpo", "ppo", "decoupled")
         if "clip_eps_high" in given and self.clip_eps_high is not None and self.loss not in clipped:
-            raise ValueError(f"algorithm.clip_eps_high applies to loss: {', '.join(clipped)} (AIPO clips its weight at rho)")
+            raise ValueError(
+                f"algorithm.clip_eps_high applies to loss: {', '.join(clipped)} (AIPO clips its weight at rho)"
+            )
         for name, default in (("proximal", "recompute"), ("decoupled_cap", None)):
             if getattr(self, name) != default and self.loss != "decoupled":
                 raise ValueError(f"algorithm.{name} applies to loss: decoupled; loss is {self.loss!r}")
@@ -79,13 +81,18 @@ class LossConfig(Section):
         reads["seq_mask"] = reads["icepop"]
         for name in ("correction_cap", "correction_low", "correction_high"):
             if name in given and name not in reads.get(self.correction, ()):
-                raise ValueError(f"algorithm.{name} is a threshold of another correction; correction is {self.correction!r}")
+                raise ValueError(
+                    f"algorithm.{name} is a threshold of another correction; correction is {self.correction!r}"
+                )
         if self.correction_low >= self.correction_high:
             raise ValueError(
-                f"algorithm.correction_low ({self.correction_low}) must be below correction_high ({self.correction_high})"
+                f"algorithm.correction_low ({self.correction_low}) must be below "
+                f"correction_high ({self.correction_high})"
             )
         if "loss_agg_constant" in given and self.loss_agg_constant is not None and self.loss_agg != "constant":
-            raise ValueError(f"algorithm.loss_agg_constant applies to loss_agg: constant; loss_agg is {self.loss_agg!r}")
+            raise ValueError(
+                f"algorithm.loss_agg_constant applies to loss_agg: constant; loss_agg is {self.loss_agg!r}"
+            )
         if "kl_estimator" in given and getattr(self, "advantage", None) == "gae":
             raise ValueError("algorithm.kl_estimator: with advantage: gae the KL is the critic's reward penalty, k1")
         return self
