@@ -38,12 +38,18 @@ class StepBatch:
     masks: list = field(default_factory=list)  # per row: its loss mask (episodes), or None: every token
     rewards: list = field(default_factory=list)  # of every sample, skipped ones too
     staleness: list = field(default_factory=list)  # per group: versions behind the trained one
+    stale: list = field(default_factory=list)  # per row: versions behind, per token (an array) or per sample
     tokens: int = 0  # every sample's response tokens: what the token mean divides by
+    sequences: int = 0  # every sample with a trained token: what the sequence means divide by
     id_sum: float = 0.0  # a fingerprint of the examples trained (resume checks it)
     id_sqsum: float = 0.0
 
     def rows(self, sl: slice) -> tuple:
         return self.prompts[sl], self.responses[sl], self.mus[sl], self.advs[sl], self.masks[sl]
+
+    def stale_rows(self, sl: slice | None) -> list:
+        """The rows' staleness (``sl`` None: a filler's, 0)."""
+        return [0] if sl is None else self.stale[sl]
 
     def filler(self, first: Rollout) -> tuple:
         """A row for a zero-weight pass: any real one (``first``'s if this rank trains on none)."""
@@ -62,6 +68,7 @@ def collect(groups: list[Rollout], algo: TrainerConfig, version: int) -> StepBat
         batch.rewards.extend(g.rewards)
         batch.staleness.append(version - g.policy_version)
         batch.tokens += trained_tokens(g)
+        batch.sequences += trained_sequences(g)
         if algo.advantage == "gae":
             if g.token_advantages is None:
                 raise RuntimeError(f"group {g.group_id} reached the trainer without the critic's advantages")
@@ -71,8 +78,9 @@ def collect(groups: list[Rollout], algo: TrainerConfig, version: int) -> StepBat
                 batch.mus.append(lp)
                 batch.advs.append(np.asarray(a, np.float32))
                 batch.masks.append(None)
+            batch.stale.extend(token_staleness(g, version))
             continue
-        if algo.skip_zero_advantage and not algo.kl_in_loss and np.ptp(g.rewards) == 0:
+        if algo.skip_zero_advantage and not algo.trains_all_groups and np.ptp(g.rewards) == 0:
             # Every sample scored the same: all advantages are 0, so the group adds
             # nothing to the gradient. Its tokens still count in the token mean,
             # which keeps the update exactly what training on it would give.
@@ -85,7 +93,18 @@ def collect(groups: list[Rollout], algo: TrainerConfig, version: int) -> StepBat
             batch.mus.append(lp)
             batch.advs.append(ai)
             batch.masks.append(m)
+        batch.stale.extend(token_staleness(g, version))
     return batch
+
+
+def token_staleness(g: Rollout, version: int) -> list:
+    """Per sample, how many versions behind ``version`` its tokens are: the group's one number,
+    or an array per token when a streamed sample's tokens span versions."""
+    from roles.engines.requests import expand_segments
+
+    if g.version_segments is None:
+        return [version - g.policy_version] * len(g.response_ids)
+    return [version - expand_segments(s, len(ids)) for s, ids in zip(g.version_segments, g.response_ids)]
 
 
 def trained_tokens(g: Rollout) -> int:
@@ -94,6 +113,13 @@ def trained_tokens(g: Rollout) -> int:
     if g.loss_masks is None:
         return sum(len(x) for x in g.response_ids)
     return int(sum(int(np.asarray(m).sum()) for m in g.loss_masks))
+
+
+def trained_sequences(g: Rollout) -> int:
+    """The group's samples with at least one token the loss covers."""
+    if g.loss_masks is None:
+        return sum(len(x) > 0 for x in g.response_ids)
+    return sum(int(np.asarray(m).sum()) > 0 for m in g.loss_masks)
 
 
 def loss_mask(masks: list, like: torch.Tensor) -> torch.Tensor:
@@ -118,8 +144,9 @@ class Tally:
     maxima: dict = field(default_factory=dict)
     mismatch_max: float = 0.0
 
-    def add(self, loss: float, m: dict, n_tok: float, weight: float) -> None:
-        self.loss_sum += loss * n_tok
+    def add(self, loss: float, m: dict, n_tok: float, weight: float, units: float | None = None) -> None:
+        """``units``: what ``loss`` is a mean over, when not the tokens (``algorithm.loss_agg``)."""
+        self.loss_sum += loss * (n_tok if units is None else units)
         self.trained_tokens += n_tok
         for k, v in m.items():
             if k in _MICRO_BATCH_MAXIMA:

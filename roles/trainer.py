@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from roles.algorithm import losses
+from roles.algorithm.aggregation import step_units
 from roles.algorithm.logprobs import response_logprobs
 from roles.checkpoint.plan import CheckpointPlan
 from roles.checkpoint.resume import Resume
@@ -93,6 +94,7 @@ class TrainerActor(Actor):
         self.version = 0  # policy version = optimizer steps taken
         self.step_index = 0  # the step being collected
         self.groups_per_rank = rollout.prompts_per_step // self.trainers.size
+        self.agg_constant = config.loss_agg_constant or rollout.max_new_tokens  # Dr. GRPO's length
         self.buffers: dict[int, list[Rollout]] = collections.defaultdict(list)
         self._collect_started: float | None = None
         self.last_metrics: dict[str, float] = {}
@@ -202,16 +204,21 @@ class TrainerActor(Actor):
                 "critic_warmup": 1.0,
             }
         # FSDP averages gradients over trainers; scaling by n/total makes that average the
-        # token mean over the whole step (ranks' token counts differ).
-        scale = self.trainers.size / max(self.trainers.sum(float(batch.tokens)), 1.0)
+        # mean over the whole step's units (tokens by default; ranks' counts differ).
+        units = step_units(self.config.loss_agg, batch.tokens, batch.sequences, self.agg_constant)
+        total = max(self.trainers.sum(units), 1.0)
+        scale = self.trainers.size / total
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         tally = self._forward_backward(batch, groups[0], scale)
         grad_norm, finite = self._apply_update(tally.loss_sum, batch.tokens)
-        return {
-            **step_metrics(batch, tally, grad_norm, finite, time.perf_counter() - t0),
-            **version_figures(groups, self.version),
-        }
+        metrics = step_metrics(batch, tally, grad_norm, finite, time.perf_counter() - t0)
+        if self.config.loss_agg != "token_mean":
+            # The trainers average "loss" weighted by their tokens: this rank's share, so
+            # that the average is the step's loss over its units.
+            tokens = self.trainers.sum(float(batch.tokens))
+            metrics["loss"] = tally.loss_sum / total * tokens / max(batch.tokens, 1)
+        return {**metrics, **version_figures(groups, self.version)}
 
     def _forward_backward(self, batch: StepBatch, first: Rollout, scale: float) -> Tally:
         """Every micro-batch's loss and backward pass; their gradients add up."""
@@ -223,15 +230,20 @@ class TrainerActor(Actor):
             if start is None:
                 # This rank has run out of samples while another trainer still has some: a
                 # pass with zero weight keeps the FSDP collectives of every rank in step.
-                self._micro_batch(batch.filler(first), 0.0, scale, tally)
+                self._micro_batch(batch.filler(first), 0.0, scale, tally, batch.stale_rows(None))
             else:
-                self._micro_batch(batch.rows(slice(start, start + mb)), 1.0, scale, tally)
+                rows = slice(start, start + mb)
+                self._micro_batch(batch.rows(rows), 1.0, scale, tally, batch.stale_rows(rows))
         return tally
 
-    def _micro_batch(self, rows: tuple, weight: float, scale: float, tally: Tally) -> None:
-        """One micro-batch's forward and backward pass, weighted by its tokens (0: a filler)."""
+    def _micro_batch(self, rows: tuple, weight: float, scale: float, tally: Tally, stale: list) -> None:
+        """One micro-batch's forward and backward pass, weighted by its units (0: a filler)."""
         prompts, responses, mus, advs, masks = rows
-        logp, mask = response_logprobs(self.model, prompts, responses, self.temperature)
+        entropy = None
+        if self.config.entropy_coef:
+            logp, mask, entropy = response_logprobs(self.model, prompts, responses, self.temperature, with_entropy=True)
+        else:
+            logp, mask = response_logprobs(self.model, prompts, responses, self.temperature)
         mask = loss_mask(masks, mask)  # an episode's observations are never trained
         mu = pad(mus, 0.0, torch.float32)[:, : logp.shape[1]]
         # One advantage per sample (group baselines), or one per token (a critic's GAE).
@@ -243,7 +255,11 @@ class TrainerActor(Actor):
         if self.config.kl_in_loss:  # with advantage: gae the critic puts the KL in the reward
             with torch.no_grad():
                 ref_logp, _ = response_logprobs(self.reference, prompts, responses, self.temperature)
-        loss, m = losses.policy_loss(self.config, logp, mu, adv, mask, ref_logp)
+        staleness = None
+        if self.config.proximal == "loglinear":  # A-3PO's mix of mu and pi, by each token's age
+            ages = [np.resize(np.asarray(a, np.float32), len(r)) for a, r in zip(stale, responses)]
+            staleness = pad(ages, 0.0, torch.float32)[:, : logp.shape[1]]
+        loss, m = losses.policy_loss(self.config, logp, mu, adv, mask, ref_logp, entropy, staleness, self.agg_constant)
         with torch.no_grad():  # the generator's precision (and lag) on the sampled tokens
             gap = torch.where(mask, (logp.detach() - mu).abs(), torch.zeros_like(mu))
             m["logp_mismatch_mean"] = gap.sum() / mask.sum().clamp(min=1)
@@ -251,9 +267,12 @@ class TrainerActor(Actor):
                 tally.mismatch_max = max(tally.mismatch_max, float(gap.max()) if gap.numel() else 0.0)
         if fault_injected("nan-loss", self.step_index):  # the failure tests' hook
             loss = loss * float("nan")
-        n_tok = float(mask.sum()) * weight
-        (loss * n_tok * scale).backward()
-        tally.add(float(loss.detach()), m, n_tok, weight)
+        n_tok = units = float(mask.sum()) * weight
+        if self.config.loss_agg != "token_mean":  # the loss is a mean over sequences
+            seqs = int((mask.sum(dim=1) > 0).sum())
+            units = step_units(self.config.loss_agg, int(mask.sum()), seqs, self.agg_constant) * weight
+        (loss * units * scale).backward()
+        tally.add(float(loss.detach()), m, n_tok, weight, units)
 
     def _apply_update(self, loss_sum: float, tokens: int) -> tuple[float, bool]:
         """Average replicas' gradients, clip, and step if the step is finite on every trainer.

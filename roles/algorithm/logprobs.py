@@ -61,13 +61,16 @@ def response_logprobs(
     response_ids_list: Sequence,
     temperature: float = 1.0,
     pad_id: int | None = None,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, ...]:
     """log pi(response token | prompt, earlier response tokens) for a batch of sequences.
 
     Returns ``(logprobs, mask)``, both ``[B, T]`` with ``T`` the longest response:
     float32 log-probs (0 on padding) that carry the graph when grad is enabled, and a bool
     mask of real response tokens. ``pad_id`` defaults to the model config's pad (or 0); pads
-    sit only after each sequence and under a 0 in the attention mask.
+    sit only after each sequence and under a 0 in the attention mask. ``with_entropy``: a
+    third tensor, the policy's entropy over the vocabulary at each response position (with
+    the graph; 0 on padding), for ``algorithm.entropy_coef``.
     """
     if temperature <= 0:
         raise ValueError("temperature must be > 0")
@@ -75,7 +78,8 @@ def response_logprobs(
     if rows is None:
         B, T = len(prompt_ids_list), max((len(r) for r in response_ids_list), default=0)
         device = next(model.parameters()).device
-        return torch.zeros((B, T), device=device), torch.zeros((B, T), dtype=torch.bool, device=device)
+        empty = torch.zeros((B, T), device=device), torch.zeros((B, T), dtype=torch.bool, device=device)
+        return (*empty, torch.zeros((B, T), device=device)) if with_entropy else empty
     # Only positions from the shortest prompt on predict response tokens: skip the rest of the
     # lm_head, which is most of the memory for a large vocabulary.
     first = min(len(p) for p in prompt_ids_list) - 1
@@ -83,6 +87,9 @@ def response_logprobs(
     where = rows.where - first
     logits = model(input_ids=rows.ids, attention_mask=rows.attn, logits_to_keep=width - first).logits
     logits = logits.gather(1, where[..., None].expand(-1, -1, logits.shape[-1]))
-    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
-    logp = logp.gather(-1, rows.targets[..., None]).squeeze(-1)
-    return logp.masked_fill(~rows.mask, 0.0), rows.mask
+    logp_all = torch.log_softmax(logits.float() / temperature, dim=-1)
+    logp = logp_all.gather(-1, rows.targets[..., None]).squeeze(-1).masked_fill(~rows.mask, 0.0)
+    if not with_entropy:
+        return logp, rows.mask
+    entropy = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, rows.mask, entropy.masked_fill(~rows.mask, 0.0)

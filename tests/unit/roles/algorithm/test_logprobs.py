@@ -47,3 +47,21 @@ def test_refuses_what_it_cannot_score():
         response_logprobs(model, [[3], [4]], [[5]])
     with pytest.raises(ValueError, match="at least one token"):
         response_logprobs(model, [[]], [[5]])
+
+
+def test_entropy_when_asked_is_the_vocabularys_at_each_position():
+    model = _tiny_llama()
+    prompts, responses = [[3, 4, 5], [6]], [[12, 13], [14, 15, 16]]
+    with torch.no_grad():
+        lp, mask, entropy = response_logprobs(model, prompts, responses, 0.7, with_entropy=True)
+        plain_lp, _ = response_logprobs(model, prompts, responses, 0.7)
+        torch.testing.assert_close(lp, plain_lp, rtol=0, atol=0)  # the default path is the same
+        for i, (p, r) in enumerate(zip(prompts, responses)):
+            ids = torch.tensor([p + r])
+            logits = model(input_ids=ids).logits[0, len(p) - 1 : len(p) + len(r) - 1].float() / 0.7
+            probs = torch.softmax(logits, -1)
+            want = -(probs * probs.log()).sum(-1)
+            torch.testing.assert_close(entropy[i, : len(r)], want, rtol=1e-5, atol=1e-5)
+        assert torch.all(entropy[~mask] == 0)
+        _, _, empty = response_logprobs(model, [[3]], [[]], 1.0, with_entropy=True)
+        assert empty.shape == (1, 0)
