@@ -7,6 +7,7 @@ shows that only sampled tokens were trained on (the observations between turns a
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 
@@ -137,3 +138,25 @@ def test_a_killed_run_of_tool_episodes_resumes_bit_identically_at_staleness_0(tm
         }, x["step"]
     wa, wb = (load_file(str(d / "policy" / "model.safetensors")) for d in (whole, broken))
     assert all((wa[n] == wb[n]).all() for n in wa)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["torch", "vllm"])
+def test_the_trainer_sees_each_sampled_turn_with_the_log_probs_it_was_sampled_with(tmp_path, calculator_model, engine):
+    """On-policy (max_staleness 0), float32: the trainer's log-prob of every trained token equals
+    the engine's behaviour log-prob, so every trained token sits where it was sampled, after its
+    turns and observations (a token or mask off by one would show as a large mismatch)."""
+    if engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        pytest.skip("vllm is not installed (make test installs it)")
+    cfg = _calculator_job(
+        tmp_path,
+        calculator_model,
+        checkpoint={"every_steps": 0},
+        world={"generator": {"engine": engine}},
+        algorithm={"skip_zero_advantage": False},  # every episode trained, whatever it scored
+    )
+    recipe.run_job(cfg, timeout_s=JOB_TIMEOUT_S, quiet=True)
+    metrics = recipe.read_metrics(tmp_path)
+    assert any(m["episodes"]["observation_tokens_mean"] > 0 for m in metrics)  # turns after a tool result
+    for m in metrics:
+        assert m["trainer"]["trained_tokens"] > 0 and m["trainer"]["logp_mismatch_max"] < 1e-3, m["step"]
