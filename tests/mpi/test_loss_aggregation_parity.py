@@ -16,26 +16,11 @@ import numpy as np
 import pytest
 import torch
 
+from support.tiny_models import tiny_llama
+
 pytestmark = [pytest.mark.mpi(min_size=3), pytest.mark.timeout(180)]
 
 TRAINERS, REFERENCE = (0, 1), 2
-
-
-def tiny_llama(seed=0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(
-        vocab_size=37,
-        hidden_size=24,
-        intermediate_size=45,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-    )
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(cfg)
 
 
 def _groups(seed: int, lengths: list[list[int]]):
