@@ -38,7 +38,8 @@ class StepBatch:
     masks: list = field(default_factory=list)  # per row: its loss mask (episodes), or None: every token
     rewards: list = field(default_factory=list)  # of every sample, skipped ones too
     staleness: list = field(default_factory=list)  # per group: versions behind the trained one
-    stale: list = field(default_factory=list)  # per row: versions behind, per token (an array) or per sample
+    # per row: versions behind, per token (an array) or per sample; only with proximal: loglinear
+    stale: list = field(default_factory=list)
     tokens: int = 0  # every sample's response tokens: what the token mean divides by
     sequences: int = 0  # every sample with a trained token: what the sequence means divide by
     id_sum: float = 0.0  # a fingerprint of the examples trained (resume checks it)
@@ -78,7 +79,8 @@ def collect(groups: list[Rollout], algo: TrainerConfig, version: int) -> StepBat
                 batch.mus.append(lp)
                 batch.advs.append(np.asarray(a, np.float32))
                 batch.masks.append(None)
-            batch.stale.extend(token_staleness(g, version))
+            if algo.proximal == "loglinear":  # only A-3PO's proximal policy reads token ages
+                batch.stale.extend(token_staleness(g, version))
             continue
         if algo.skip_zero_advantage and not algo.trains_all_groups and np.ptp(g.rewards) == 0:
             # Every sample scored the same: all advantages are 0, so the group adds
@@ -93,7 +95,8 @@ def collect(groups: list[Rollout], algo: TrainerConfig, version: int) -> StepBat
             batch.mus.append(lp)
             batch.advs.append(ai)
             batch.masks.append(m)
-        batch.stale.extend(token_staleness(g, version))
+        if algo.proximal == "loglinear":
+            batch.stale.extend(token_staleness(g, version))
     return batch
 
 
