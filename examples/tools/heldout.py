@@ -5,11 +5,11 @@ one batch of the library's torch engine, greedy or sampled): the model's turn en
 a turn with a calculator call gets the tool's result as an observation and the episode goes on,
 a turn without one ends it (its text is the final answer), as the built-in "tools" environment
 does. Token ids grow as the RL job's episodes do: the sampled ids as they were sampled, then
-the template's rendering of the tool message (``observation_ids``).
+the tool message's ids, rendered by the RL job's own ``TurnRenderer`` (``observation_ids``).
 
 It reports accuracy (``examples.tools.task:FinalAnswer``), the share of episodes that call the
-tool, the share of calls that succeed, and the accuracy of each kind. The calculator is the
-demo's stand-in (``examples.tools.calculator``). Knows nothing of MPI or RL.
+tool, the share of calls that succeed, and the accuracy of each kind. Calls are answered by
+``examples.tools.calculator`` (the library's evaluator, outside the RL job's workers). Knows nothing of MPI or RL.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import numpy as np
 from examples.tools.calculator import CALCULATOR_SPEC, TOOL_NAME, calculate, parse_call
 from examples.tools.task import FinalAnswer
 from roles.engines.base import SamplingConfig
+from roles.episodes.rendering import TurnRenderer
 from roles.tasks.base import Example
 
 
@@ -55,28 +56,27 @@ def prompt_messages(example: Example) -> list[dict]:
     return [{"role": "user", "content": example.prompt}]
 
 
+def _renderer(tokenizer) -> TurnRenderer:
+    """The RL job's renderer of openings and observations (roles.episodes.rendering), with the
+    calculator; one per tokenizer (it checks the template once)."""
+    if id(tokenizer) not in _RENDERERS:
+        _RENDERERS[id(tokenizer)] = TurnRenderer(tokenizer, tools=[CALCULATOR_SPEC], end_ids=[tokenizer.eos_token_id])
+    return _RENDERERS[id(tokenizer)]
+
+
+_RENDERERS: dict[int, TurnRenderer] = {}
+
+
 def prompt_ids(tokenizer, messages: Sequence[dict]) -> list[int]:
     """The prompt's ids, as the RL job renders it: the template with ``tools=``."""
-    text = tokenizer.apply_chat_template(
-        list(messages), tools=[CALCULATOR_SPEC], add_generation_prompt=True, tokenize=False
-    )
-    return tokenizer(text, add_special_tokens=False).input_ids
+    return _renderer(tokenizer).opening_ids(messages).tolist()
 
 
-def observation_ids(tokenizer, messages: Sequence[dict], observation: Sequence[dict]) -> list[int]:
+def observation_ids(tokenizer, observation: Sequence[dict]) -> list[int]:
     """The ids after an assistant turn's EOS: the template's separator, the ``observation``
-    messages and the generation prompt (``messages`` ends with that assistant turn).
-
-    Found as the template renders them (the conversation with and without the observation) and
-    encoded alone, so the turn's own ids are never re-tokenised.
-    """
-    kw = dict(tools=[CALCULATOR_SPEC], tokenize=False)
-    before = tokenizer.apply_chat_template(list(messages), **kw)
-    after = tokenizer.apply_chat_template([*messages, *observation], add_generation_prompt=True, **kw)
-    end = before.rindex(tokenizer.eos_token) + len(tokenizer.eos_token)  # the turn's EOS, sampled
-    if not after.startswith(before[:end]):
-        raise ValueError("the chat template renders earlier turns differently once a tool message follows")
-    return tokenizer(after[end:], add_special_tokens=False).input_ids
+    messages and the generation prompt, as the RL job appends them (never re-tokenising the
+    turn itself)."""
+    return _renderer(tokenizer).observation_ids(observation).tolist()
 
 
 def run_episodes(
@@ -124,7 +124,7 @@ def _take_turn(tokenizer, episode: Episode, sample, last: bool) -> None:
     episode.calls_ok += ok
     episode.messages.append({"role": "assistant", "content": text})
     observation = [{"role": "tool", "name": TOOL_NAME, "content": result}]
-    episode.ids += observation_ids(tokenizer, episode.messages, observation)
+    episode.ids += observation_ids(tokenizer, observation)
     episode.messages += observation
 
 

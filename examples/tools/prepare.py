@@ -167,7 +167,7 @@ def sft_row(tokenizer, messages: list[dict]) -> tuple[np.ndarray, np.ndarray, np
             target += turn
             mask += [1] * len(turn)
         elif message["role"] == "tool" and messages[i - 1]["role"] != "tool":
-            obs = observation_ids(tokenizer, messages[:i], messages[i : i + _run_length(messages, i)])
+            obs = observation_ids(tokenizer, messages[i : i + _run_length(messages, i)])
             target += obs
             mask += [0] * len(obs)
     as_array = lambda ids: np.asarray(ids, dtype=np.int32)  # noqa: E731

@@ -76,7 +76,7 @@ def test_a_whole_episode_is_prompt_turns_and_observations(tools_tok, task):
     eos = [tools_tok.eos_token_id]
     ids = prompt_ids(tools_tok, messages) + tools_tok(turn1, add_special_tokens=False).input_ids + eos
     with_turn = [*messages, {"role": "assistant", "content": turn1}]
-    obs = observation_ids(tools_tok, with_turn, tool)
+    obs = observation_ids(tools_tok, tool)
     ids += obs + tools_tok(turn2, add_special_tokens=False).input_ids + eos
     whole = [*with_turn, *tool, {"role": "assistant", "content": turn2}]
     text = tools_tok.apply_chat_template(whole, tools=[CALCULATOR_SPEC], tokenize=False)
