@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
+from launch.rollout_rules import check_rollout_modes
 from roles.engines.base import EngineConfig
 from roles.models import ModelConfig
 from roles.policy.weight_transport import WeightsConfig
@@ -227,17 +228,8 @@ class RoleMap(Section):
         return self
 
     @model_validator(mode="after")
-    def _streaming_needs_generators(self) -> RoleMap:
-        if self.rollout.mode == "stream" and self.world.colocated_mode:
-            raise ValueError(
-                "rollout.mode: stream needs generator ranks (world.generator); colocated ranks "
-                "take turns generating and training, a batch at a time: use rollout.mode: batch"
-            )
-        if self.rollout.oversample > 0 and (self.rollout.mode != "stream" or self.run.max_staleness < 1):
-            raise ValueError(
-                f"rollout.oversample ({self.rollout.oversample:g}) carries unfinished groups over to later "
-                "steps: it needs rollout.mode: stream and run.max_staleness >= 1 (at 0 nothing may carry over)"
-            )
+    def _rollouts_can_run(self) -> RoleMap:
+        check_rollout_modes(self)
         return self
 
     @model_validator(mode="after")

@@ -78,7 +78,7 @@ class Observers:
 
 class ControllerActor(CoordinatesCheckpoints, HandsOutPartialRollouts, ForwardsStopSignals, Actor):
     Config = ControllerConfig  # the role map's run: section
-    slots: SlotBook | None = None  # partial rollouts (rollout.oversample): set in __init__
+    slots: SlotBook | None = None  # rollout.oversample or dynamic_sampling: set in __init__
 
     def __init__(
         self,
@@ -114,8 +114,7 @@ class ControllerActor(CoordinatesCheckpoints, HandsOutPartialRollouts, ForwardsS
         self.trainer_version = self.next_step_to_send = self.next_batch_id = 0
         self.batch_prompts = protocol.batch_prompts(rollout, routes.generators, batch_prompts)
         self.outgoing = Dispatch(mailbox, routes, streaming=rollout.mode == "stream")
-        if rollout.oversample > 0:  # partial rollouts: steps given to groups as they end
-            self.slots = SlotBook(rollout.prompts_per_step, schedule.steps, rollout.oversample, schedule)
+        self.slots = self._new_slot_book()  # steps given to groups as they end, or once scored
         self.notices = StepNotices()  # per step, merged into one metrics line per step
         self._steps_done: dict[int, tuple] = {}  # step -> (StepDone, when it came): waiting for notices
         self.out = Path(config.out)
@@ -192,14 +191,7 @@ class ControllerActor(CoordinatesCheckpoints, HandsOutPartialRollouts, ForwardsS
         self.last_pushed = min(steps, self.schedule.last_pushed_version)
         self.next_eval_round = len(self.evals)
         if self.slots is not None:
-            self.slots = SlotBook(
-                self.rollout.prompts_per_step,
-                self.schedule.steps,
-                self.rollout.oversample,
-                self.schedule,
-                start_step=steps,
-                carry=state["position"].get("carry", []),
-            )
+            self.slots = self._new_slot_book(start_step=steps, carry=state["position"].get("carry", []))
         return self.history[-1]["elapsed_s"] if self.history else 0.0
 
     def _eval_due(self, version: int) -> bool:
@@ -328,15 +320,16 @@ class ControllerActor(CoordinatesCheckpoints, HandsOutPartialRollouts, ForwardsS
         """
         P = self.rollout.prompts_per_step
         while (step := len(self.history)) in self._steps_done and self.running:
-            if not self.notices.complete(step, P, critic=self.routes.critics > 0):
+            # Dynamic sampling: generators sample groups before they have a step (not counted per step).
+            generated = self.slots is None or self.slots.dynamic is None
+            if not self.notices.complete(step, P, critic=self.routes.critics > 0, generated=generated):
                 return
             self._step_finished(*self._steps_done.pop(step))
 
     def _step_finished(self, m: StepDone, now: float) -> None:
         """Step ``m.step``'s line; then its checkpoint, eval, the run's end, or the next prompts."""
         gen, scored, components, shown = self.notices.pop(m.step)
-        if self.slots is not None:  # partial rollouts: carried over, dropped, discarded
-            gen = {**gen, **self.slots.stats.pop(m.step, {})}
+        gen = self._with_slot_figures(m.step, gen)  # carried over, dropped, filtered
         step_s = now - self.t_last_step
         controller = {
             "busy": round((self.busy_s - self._busy_at_last_step) / max(step_s, 1e-9), 4),

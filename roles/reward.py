@@ -22,6 +22,7 @@ import time
 import numpy as np
 
 from roles.checkpoint.reward_state import save_reward_state
+from roles.dynamic_sampling import all_equal
 from roles.episodes.metrics import episode_bonus, episode_failed, episode_sums, final_turn
 from roles.observe.samples import shown_record, shown_samples
 from roles.protocol import (
@@ -37,6 +38,7 @@ from roles.protocol import (
 )
 from roles.rewards.scoring import GroupToScore
 from roles.sections.reward import RewardSection
+from roles.stream_protocol import GroupReady, SlotAssigned
 from roles.tasks.prompts import messages_of
 from runtime import Actor, Envelope, handles
 
@@ -58,6 +60,7 @@ class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
         self.prompts_per_step = prompts_per_step
         self.shown_per_step = shown_per_step
         self._arrived: list[Rollout] = []  # not yet scored, in the order they came
+        self._awaiting_slot: dict[int, tuple] = {}  # dynamic sampling: ticket -> scored group, to send on
 
     @handles(SaveState)
     def on_save_state(self, env: Envelope) -> None:
@@ -131,6 +134,25 @@ class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
         if r.episodes is not None:
             results = self._with_episodes(r, results)
         r.timings["score_s"] = score_s
+        if r.purpose == TRAIN and r.step < 0:  # dynamic sampling: its step (or its drop) comes first
+            self._awaiting_slot[r.group_id] = (r, texts, results, score_s)
+            tokens = sum(len(ids) for ids in r.response_ids)
+            equal, reward_sum = all_equal(r.rewards), float(sum(r.rewards))
+            ready = GroupReady(r.group_id, r.policy_version, tokens, all_equal=equal, reward_sum=reward_sum)
+            self.mailbox.send(CONTROLLER, ready)
+            return
+        self._send_on(r, texts, results, score_s)
+
+    @handles(SlotAssigned)
+    def on_slot(self, env: Envelope) -> None:
+        m: SlotAssigned = env.msg
+        r, texts, results, score_s = self._awaiting_slot.pop(m.ticket)
+        if m.step < 0:  # dropped: all-equal, or too stale for any step left
+            return
+        r.step, r.group_id = m.step, m.group_id
+        self._send_on(r, texts, results, score_s)
+
+    def _send_on(self, r: Rollout, texts: list[str], results, score_s: float) -> None:
         failures = sum(res.failures for res in results)
         timeouts = sum(1 for res in results if res.timed_out)
         lengths = [len(ids) for ids in r.response_ids]
@@ -173,7 +195,7 @@ class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
                 length_sum=int(sum(lengths)),
                 length_max=int(max(lengths, default=0)),
                 clipped=clipped,
-                zero_advantage_groups=int(len(set(r.rewards)) <= 1),
+                zero_advantage_groups=int(all_equal(r.rewards)),
                 episodes=episode_sums(r.episodes, r.loss_masks or r.response_ids) if r.episodes else {},
                 shown=self._shown(r, texts, results),
             ),

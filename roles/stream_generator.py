@@ -172,11 +172,13 @@ class StreamsRollouts:
         return group
 
     def _groups_done(self, done: list[_Group]) -> None:
-        for g in [g for g in done if g.batch.step < 0]:  # partial rollouts: which step, asked
+        # Partial rollouts: which step, asked now. Dynamic sampling: its reward rank asks once it is scored.
+        ask = [] if self.rollout.dynamic_sampling.enabled else [g for g in done if g.batch.step < 0]
+        for g in ask:
             self.awaiting_slot[g.group_id] = g
             tokens = sum(len(s.response_ids) for s in g.samples)
             self.mailbox.send(CONTROLLER, GroupReady(ticket=g.group_id, oldest_version=_oldest(g), tokens=tokens))
-        done = [g for g in done if g.batch.step >= 0]
+        done = [g for g in done if all(g is not a for a in ask)]
         if done:
             self._release(done)
 

@@ -16,18 +16,22 @@ class Credit:
 
 @message
 class GroupReady:
-    """Streaming generator -> controller: a partial-rollout group (``PromptBatch.step`` -1) has
-    ended; which step does it go to?"""
+    """A group handed out without a step (``PromptBatch.step`` -1) is ready: which step does it
+    go to? Asked by its streaming generator when it ends (partial rollouts), or, with dynamic
+    sampling, by its reward rank once it is scored."""
 
     ticket: int  # its id in the batch it came in
     oldest_version: int  # the policy version of its oldest token (the staleness rule's)
     tokens: int  # response tokens, counted as discarded if it is dropped
+    all_equal: bool = False  # dynamic sampling: all its samples scored the same
+    reward_sum: float = 0.0  # dynamic sampling: its samples' rewards, summed
 
 
 @message
 class SlotAssigned:
-    """Controller -> generator: the answer to ``GroupReady``: the group's step and group id, or
-    step -1: dropped (too stale for any step left), its example handed out again."""
+    """Controller -> whoever sent ``GroupReady``: the group's step and group id, or step -1:
+    dropped (too stale for any step left: its example handed out again; or, with dynamic
+    sampling, all its samples scored the same)."""
 
     ticket: int
     step: int

@@ -85,6 +85,8 @@ def step_scalars(record: dict) -> dict[str, float]:
         put(f"busy/{role}", share)
     for key, value in (record.get("episodes") or {}).items():  # multi-turn episodes and their tools
         put(f"episodes/{key}", value)
+    for key, value in (record.get("dynamic_sampling") or {}).items():  # rollout.dynamic_sampling
+        put(f"dynamic_sampling/{key}", float(value) if isinstance(value, bool) else value)
     trainer = record.get("trainer") or {}
     for key, name in _TRAINER.items():
         put(name, trainer.get(key))

@@ -55,10 +55,11 @@ class StepNotices:
     def add_critic(self, step: int, metrics: dict) -> None:
         self.critic[step] = dict(metrics)
 
-    def complete(self, step: int, groups: int, critic: bool = False) -> bool:
-        """Whether the generators and the reward ranks have both reported all ``groups`` of
-        ``step`` (and the critic its update on it, when there is one)."""
-        done = self.gen[step]["groups"] >= groups and self.scored[step]["groups"] >= groups
+    def complete(self, step: int, groups: int, critic: bool = False, generated: bool = True) -> bool:
+        """Whether the generators (unless not ``generated``: their notices carry no step) and the
+        reward ranks have both reported all ``groups`` of ``step`` (and the critic its update on
+        it, when there is one)."""
+        done = (not generated or self.gen[step]["groups"] >= groups) and self.scored[step]["groups"] >= groups
         return done and (not critic or step in self.critic)
 
     def pop(self, step: int) -> tuple:
@@ -94,6 +95,7 @@ def step_record(
         "carried_over_share": gen.get("carried_groups", 0) / max(gen.get("groups", 0), 1),
         "dropped_groups": int(gen.get("dropped_groups", 0)),
         "discarded_tokens": int(gen.get("discarded_tokens", 0)),
+        **_dynamic_sampling(gen, scored, m.metrics),
         "staleness_max": m.metrics.get("staleness_max"),
         "staleness_mean": m.metrics.get("staleness_mean"),
         "verifier_failures": int(scored.get("verifier_failures", 0)),
@@ -123,6 +125,29 @@ def _response_metrics(scored, components) -> dict:
         "response_length_max": int(scored["length_max"]),
         "response_clip_ratio": scored["clipped"] / samples,  # cut at max_new_tokens
         "zero_advantage_group_share": scored["zero_advantage_groups"] / max(groups, 1),
+    }
+
+
+def _dynamic_sampling(gen, scored, trainer: dict) -> dict:
+    """rollout.dynamic_sampling's block: groups dropped as all-equal before this step filled, the
+    drop rate the spares are sized from, whether the refill bound was reached (all-equal groups
+    then train), the trainer's wait for the step's data, and the reward over every scored group."""
+    if "drop_rate" not in gen:
+        return {}
+    filtered, kept = int(gen.get("filtered_groups", 0)), int(scored.get("groups", 0))
+    samples = scored.get("samples", 0)
+    per_group = samples / max(kept, 1)
+    return {
+        "dynamic_sampling": {
+            "filtered_groups": filtered,
+            "filtered_share": filtered / max(filtered + kept, 1),
+            "filtered_tokens": int(gen.get("filtered_tokens", 0)),
+            "drop_rate": round(gen["drop_rate"], 4),
+            "refill_bound_reached": bool(gen.get("refill_bound_reached")),
+            "trainer_wait_s": trainer.get("trainer_wait_s"),
+            "reward_mean_all": (scored.get("reward_sum", 0.0) + gen.get("filtered_reward_sum", 0.0))
+            / max(samples + filtered * per_group, 1),
+        }
     }
 
 

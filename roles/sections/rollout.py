@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from roles.sections.base import Section
 
@@ -18,6 +18,20 @@ from roles.sections.base import Section
 MAX_PROMPTS_PER_STEP = 1 << 16
 MAX_SAMPLES_PER_PROMPT = 1 << 10
 MAX_NEW_TOKENS = 1 << 20
+
+
+class DynamicSampling(Section):
+    """``rollout.dynamic_sampling``: DAPO's dynamic sampling made for asynchrony: groups whose
+    samples all score the same are dropped after scoring and their step refilled with new groups,
+    spares handed out ahead of need from the measured drop rate (``roles.partial_rollouts``)."""
+
+    enabled: bool = False
+    # A step drops at most this many times prompts_per_step all-equal groups; past that it trains
+    # them (their advantage is 0) rather than make the trainer wait for more refills.
+    max_refill_rounds: int = Field(2, ge=1, le=64)
+    # Spares kept in flight beyond the open slots (from the drop rate), at most this many times
+    # prompts_per_step: the generation a step may spend ahead of need.
+    max_spares: float = Field(2.0, ge=0, le=16)
 
 
 class RolloutConfig(Section):
@@ -40,3 +54,14 @@ class RolloutConfig(Section):
     # the open steps need; a step takes the first groups to finish, the rest carry over to the
     # next step (dropped if their oldest token is then too stale). 0: each step's own groups.
     oversample: float = Field(0.0, ge=0, le=4)
+    # DAPO's dynamic sampling (``dynamic_sampling: true`` for the defaults); docs/algorithms.md
+    dynamic_sampling: DynamicSampling = DynamicSampling()
+
+    @field_validator("dynamic_sampling", mode="before")
+    @classmethod
+    def _shorthand(cls, value):
+        if isinstance(value, bool):
+            return {"enabled": value}
+        if isinstance(value, dict) and "enabled" not in value:  # its options given: it is wanted
+            return {**value, "enabled": True}
+        return value

@@ -59,7 +59,7 @@ def kill_after_checkpoint(config: Path, run_dir: Path, steps_done: int) -> None:
     """Start the job and SIGKILL all of it once the checkpoint after ``steps_done`` steps is complete."""
     cfg = preflight.load(config)
     cmd, env = mpiexec_command(cfg.world.size, [sys.executable, "-m", "launch", str(config)])
-    env["PYTHONPATH"] = str(REPO)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests"), str(REPO)])  # plug-ins from tests/support too
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     want = run_dir / "checkpoints" / f"step-{steps_done:08d}" / "COMPLETE"
     deadline = time.monotonic() + JOB_TIMEOUT_S

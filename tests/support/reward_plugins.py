@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+import zlib
 
 
 def length(response: str, example) -> float:
@@ -129,3 +130,12 @@ def with_defaults(response, example, scale=1.0, **kw):
 def correct_of_two(response, example):
     """Reports a verdict outside [0, 1]: refused (counted as a failure), not summed into pass@k."""
     return {"score": 1.0, "correct": 2.0}
+
+
+def mostly_all_equal(response: str, example) -> float:
+    """Three examples in four score 1.0 whatever the response (their groups are all-equal, as a
+    solved or hopeless prompt's are); the fourth scores the response's length parity, which
+    differs between the samples of most groups (the dynamic-sampling tests)."""
+    if example.id % 4:
+        return 1.0
+    return float(zlib.crc32(response.encode()) % 2)

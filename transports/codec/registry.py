@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 
 # 2: lists of small 1-d arrays travel as one ragged extension; 3: example ids, eval tags;
-# 4: streaming; 5: a critic's per-token advantages on a Rollout; 6: episodes (loss masks)
-SCHEMA_VERSION = 6
+# 4: streaming; 5: a critic's per-token advantages on a Rollout; 6: episodes (loss masks);
+# 7: dynamic sampling (a scored group's all-equal flag on GroupReady)
+SCHEMA_VERSION = 7
 
 
 class CodecError(ValueError):

@@ -35,6 +35,13 @@ def test_step_scalars_are_grouped_and_equal_to_the_line():
     assert all(isinstance(v, float) and math.isfinite(v) for v in s.values())
 
 
+def test_the_dynamic_sampling_block_is_plotted_with_the_bound_as_a_number():
+    rec = {**step_record(3), "dynamic_sampling": {"filtered_groups": 5, "drop_rate": 0.4, "refill_bound_reached": True}}
+    s = step_scalars(rec)
+    assert s["dynamic_sampling/filtered_groups"] == 5.0 and s["dynamic_sampling/refill_bound_reached"] == 1.0
+    assert s["dynamic_sampling/drop_rate"] == 0.4
+
+
 def test_eval_scalars_take_every_figure_of_the_round():
     rec = {"eval_round": 1, "step": 4, "policy_version": 4, "sampled_versions": [4], "pass@1": 0.3, "pass@4": 0.5,
            "mean@4": 0.25, "examples": 20, "elapsed_s": 9.0}  # fmt: skip

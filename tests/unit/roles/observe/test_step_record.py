@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 
-from roles.observe.step_record import StepNotices, summary
-from roles.protocol import BatchDone, Scored
+from roles.observe.step_record import StepNotices, step_record, summary
+from roles.protocol import BatchDone, Routes, Scored, StepDone
 
 
 def _batch(step, groups):
@@ -30,6 +32,30 @@ def test_a_step_is_complete_once_both_roles_reported_every_group():
     assert gen["groups"] == 4 and gen["generate_s"] == 1.0 and scored["samples"] == 8
     assert [r["sample"] for r in shown] == [0, 1]  # in the order samples.jsonl shows them
     assert n.pop(0) == ({}, {}, {}, [])
+
+
+def test_with_dynamic_sampling_a_step_waits_only_for_its_scored_groups():
+    n = StepNotices()
+    n.add_batch(_batch(-1, 6))  # sampled before any had a step
+    n.add_scored(_scored(0, 4))
+    assert not n.complete(0, 4) and n.complete(0, 4, generated=False)
+
+
+def test_the_dynamic_sampling_block_counts_every_scored_group():
+    scored = collections.Counter(groups=4, samples=8, reward_sum=4.0)  # as StepNotices sums them
+    gen = {"filtered_groups": 4, "filtered_reward_sum": 8.0, "drop_rate": 0.5, "refill_bound_reached": False}
+    m = StepDone(step=0, version=1, metrics={"trainer_wait_s": 0.25})
+    record = step_record(
+        m, gen, scored, {}, routes=Routes.of({"generator": 1, "reward": 1, "trainer": 1}), data_stats={},
+        step_s=1.0, controller={"busy": 0.1, "messages": 3, "elapsed_s": 1.0},
+    )  # fmt: skip
+    ds = record["dynamic_sampling"]
+    assert ds["filtered_groups"] == 4 and ds["filtered_share"] == 0.5 and ds["trainer_wait_s"] == 0.25
+    assert ds["reward_mean_all"] == pytest.approx((4.0 + 8.0) / 16)  # the dropped groups' 8 samples too
+    assert "dynamic_sampling" not in step_record(
+        m, {}, scored, {}, routes=Routes.of({"generator": 1, "reward": 1, "trainer": 1}), data_stats={},
+        step_s=1.0, controller={"busy": 0.1, "messages": 3, "elapsed_s": 1.0},
+    )  # fmt: skip
 
 
 def test_summary_means_over_the_first_and_last_ten_steps():

@@ -1,0 +1,41 @@
+"""Which rollout modes a role map may combine (``rollout.mode``, ``oversample``,
+``dynamic_sampling``): the role map's checks across its sections, each error naming the field
+and saying why. Called by ``launch.config.RoleMap``'s validator."""
+
+from __future__ import annotations
+
+
+def check_rollout_modes(cfg) -> None:
+    """Raises ValueError for a rollout setting the rest of the role map cannot run."""
+    rollout = cfg.rollout
+    if rollout.mode == "stream" and cfg.world.colocated_mode:
+        raise ValueError(
+            "rollout.mode: stream needs generator ranks (world.generator); colocated ranks "
+            "take turns generating and training, a batch at a time: use rollout.mode: batch"
+        )
+    if rollout.oversample > 0 and (rollout.mode != "stream" or cfg.run.max_staleness < 1):
+        raise ValueError(
+            f"rollout.oversample ({rollout.oversample:g}) carries unfinished groups over to later "
+            "steps: it needs rollout.mode: stream and run.max_staleness >= 1 (at 0 nothing may carry over)"
+        )
+    if rollout.dynamic_sampling.enabled:
+        _check_dynamic_sampling(cfg)
+
+
+def _check_dynamic_sampling(cfg) -> None:
+    if cfg.world.colocated_mode:
+        raise ValueError(
+            "rollout.dynamic_sampling: colocated ranks score and train each batch in turn, so nothing "
+            "can refill a step; use generator, reward and trainer ranks"
+        )
+    if cfg.algorithm.advantage == "gae":
+        raise ValueError(
+            "rollout.dynamic_sampling drops groups whose samples all scored the same because their group "
+            "advantage is 0; with algorithm.advantage: gae the critic's advantages are not, so it would drop "
+            "signal: leave one of them out"
+        )
+    if cfg.rollout.samples_per_prompt < 2:
+        raise ValueError(
+            "rollout.dynamic_sampling: with rollout.samples_per_prompt 1 every group scores the same, "
+            "so every group would be dropped"
+        )
