@@ -69,7 +69,7 @@ def build_actor(cfg: RoleMap, dist: Distributed, prepared: Prepared | None = Non
             cfg.model,
             dist.train_group,
             shard=table.role == "trainer" and dist.train_group is not None,
-            reference=cfg.algorithm.kl_in_loss,
+            reference=cfg.algorithm.needs_reference,
         )
     elif table.role == "generator":
         # Before the exchange below: it loads while the trainers load the policy.
@@ -253,7 +253,16 @@ def _reward(ctx: BuildContext):
         scorer,
         prompts_per_step=cfg.rollout.prompts_per_step,
         shown_per_step=cfg.logging.samples_per_step,
+        overlong=_overlong(cfg),
     )
+
+
+def _overlong(cfg) -> tuple[int, int, float] | None:
+    """(max_length, buffer, weight) of ``reward.overlong``, its length resolved (None: not set)."""
+    from launch.rollout_rules import overlong_max_length
+
+    o = cfg.reward.overlong
+    return None if o is None else (overlong_max_length(cfg), o.buffer, o.weight)
 
 
 def _training_args(ctx: BuildContext) -> dict:

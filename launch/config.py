@@ -173,7 +173,7 @@ class RoleMap(Section):
                     "(reward: {name: exact}, or package.module:function)"
                 )
             self.reward = RewardSection.model_validate(
-                {"components": [default], "timeout_s": self.reward.timeout_s, "workers": self.reward.workers}
+                {**self.reward.model_dump(exclude={"components"}), "components": [default]}
             )
         return self
 

@@ -1,6 +1,7 @@
-"""Which rollout modes a role map may combine (``rollout.mode``, ``oversample``,
-``dynamic_sampling``): the role map's checks across its sections, each error naming the field
-and saying why. Called by ``launch.config.RoleMap``'s validator."""
+"""Which rollout settings a role map may combine (``rollout.mode``, ``oversample``,
+``dynamic_sampling``, the over-length penalty's lengths): the role map's checks across its
+sections, each error naming the field and saying why. Called by ``launch.config.RoleMap``'s
+validator."""
 
 from __future__ import annotations
 
@@ -20,6 +21,28 @@ def check_rollout_modes(cfg) -> None:
         )
     if rollout.dynamic_sampling.enabled:
         _check_dynamic_sampling(cfg)
+    if cfg.reward.overlong is not None:
+        _check_overlong(cfg)
+
+
+def overlong_max_length(cfg) -> int:
+    """L_max of ``reward.overlong``: its ``max_length``, else the longest training response
+    (``rollout.max_new_tokens``; an episode: its token budget, ``environment.max_episode_tokens``)."""
+    if cfg.reward.overlong.max_length is not None:
+        return cfg.reward.overlong.max_length
+    env = cfg.environment
+    turn = cfg.rollout.max_new_tokens
+    return turn if env is None else (env.max_episode_tokens or turn * env.max_turns)
+
+
+def _check_overlong(cfg) -> None:
+    buffer, longest = cfg.reward.overlong.buffer, overlong_max_length(cfg)
+    if buffer > longest:
+        named = "reward.overlong.max_length" if cfg.reward.overlong.max_length else "rollout.max_new_tokens"
+        raise ValueError(
+            f"reward.overlong.buffer ({buffer}) exceeds the longest response ({longest}, {named}): "
+            "the penalty ramps over the last buffer tokens before it"
+        )
 
 
 def _check_dynamic_sampling(cfg) -> None:

@@ -36,6 +36,7 @@ from roles.protocol import (
     SaveState,
     Scored,
 )
+from roles.rewards.overlong import overlong_penalty
 from roles.rewards.scoring import GroupToScore
 from roles.sections.reward import RewardSection
 from roles.stream_protocol import GroupReady, SlotAssigned
@@ -46,12 +47,15 @@ from runtime import Actor, Envelope, handles
 class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
     Config = RewardSection  # the role map's reward: section
 
-    def __init__(self, mailbox, routes: Routes, tokenizer, task, scorer, *, prompts_per_step=1, shown_per_step=0):
+    def __init__(
+        self, mailbox, routes: Routes, tokenizer, task, scorer, *, prompts_per_step=1, shown_per_step=0, overlong=None
+    ):
         """``scorer``: a ``RewardScoring`` (``score(groups) -> results``, ``state_dict()``,
         ``close()``) built from this rank's ``RewardActor.Config``; ``task``: the run's task,
         where answers and prompt messages are found by id.
         ``shown_per_step``: generations per step to show (``logging.samples_per_step``), picked
-        by ``roles.observe.samples`` from each group's position among ``prompts_per_step``."""
+        by ``roles.observe.samples`` from each group's position among ``prompts_per_step``.
+        ``overlong``: (max_length, buffer, weight) of ``reward.overlong`` (None: no length penalty)."""
         super().__init__(mailbox)
         self.routes = routes
         self.tokenizer = tokenizer
@@ -59,6 +63,7 @@ class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
         self.scorer = scorer
         self.prompts_per_step = prompts_per_step
         self.shown_per_step = shown_per_step
+        self.overlong = overlong
         self._arrived: list[Rollout] = []  # not yet scored, in the order they came
         self._awaiting_slot: dict[int, tuple] = {}  # dynamic sampling: ticket -> scored group, to send on
 
@@ -133,6 +138,8 @@ class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
         r.rewards = [res.score for res in results]
         if r.episodes is not None:
             results = self._with_episodes(r, results)
+        if self.overlong is not None and r.purpose == TRAIN:
+            self._with_length_penalty(r, results)
         r.timings["score_s"] = score_s
         if r.purpose == TRAIN and r.step < 0:  # dynamic sampling: its step (or its drop) comes first
             self._awaiting_slot[r.group_id] = (r, texts, results, score_s)
@@ -214,6 +221,14 @@ class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
             res.score = r.rewards[k]
             out.append(res)
         return out
+
+    def _with_length_penalty(self, r: Rollout, results) -> None:
+        """DAPO's soft over-length penalty added to each sample's score (an "overlong" component)."""
+        max_length, buffer, weight = self.overlong
+        for k, (res, ids) in enumerate(zip(results, r.response_ids)):
+            penalty = weight * overlong_penalty(len(ids), max_length, buffer)
+            res.components = {**res.components, "overlong": penalty}
+            r.rewards[k] = res.score = r.rewards[k] + penalty
 
     def _shown(self, r: Rollout, texts: list[str], results) -> list[dict]:
         """The samples of this group that ``logging.samples_per_step`` shows, as samples.jsonl lines."""

@@ -44,6 +44,7 @@ class StepBatch:
     sequences: int = 0  # every sample with a trained token: what the sequence means divide by
     id_sum: float = 0.0  # a fingerprint of the examples trained (resume checks it)
     id_sqsum: float = 0.0
+    kl_penalty_sum: float = 0.0  # algorithm.kl_in_reward: the penalties taken from the rewards
 
     def rows(self, sl: slice) -> tuple:
         return self.prompts[sl], self.responses[sl], self.mus[sl], self.advs[sl], self.masks[sl]
@@ -60,11 +61,13 @@ class StepBatch:
         return [first.prompt_ids], [response], [first.logprobs[0]], [np.zeros(len(response), np.float32)], [None]
 
 
-def collect(groups: list[Rollout], algo: TrainerConfig, version: int) -> StepBatch:
+def collect(groups: list[Rollout], algo: TrainerConfig, version: int, kl_penalties=None) -> StepBatch:
     """The step's groups flattened to rows, each sample with its advantage: its group's
-    (one number), or with ``advantage: gae`` the critic's per-token ones (an array)."""
+    (one number), or with ``advantage: gae`` the critic's per-token ones (an array).
+    ``kl_penalties``: per group, each sample's KL penalty (``algorithm.kl_in_reward``), taken
+    from its reward before the group baseline (the rewards reported stay the task's)."""
     batch = StepBatch()
-    for g in groups:
+    for k, g in enumerate(groups):
         batch.id_sum, batch.id_sqsum = batch.id_sum + g.example_id, batch.id_sqsum + float(g.example_id) ** 2
         batch.rewards.extend(g.rewards)
         batch.staleness.append(version - g.policy_version)
@@ -82,12 +85,16 @@ def collect(groups: list[Rollout], algo: TrainerConfig, version: int) -> StepBat
             if algo.proximal == "loglinear":  # only A-3PO's proximal policy reads token ages
                 batch.stale.extend(token_staleness(g, version))
             continue
-        if algo.skip_zero_advantage and not algo.trains_all_groups and np.ptp(g.rewards) == 0:
+        rewards = np.asarray(g.rewards, np.float64)
+        if kl_penalties is not None:
+            rewards = rewards - kl_penalties[k]
+            batch.kl_penalty_sum += float(np.sum(kl_penalties[k]))
+        if algo.skip_zero_advantage and not algo.trains_all_groups and np.ptp(rewards) == 0:
             # Every sample scored the same: all advantages are 0, so the group adds
             # nothing to the gradient. Its tokens still count in the token mean,
             # which keeps the update exactly what training on it would give.
             continue
-        a = adv_lib.group_advantages(g.rewards, algo.advantage)
+        a = adv_lib.group_advantages(rewards.tolist() if kl_penalties is not None else g.rewards, algo.advantage)
         masks = g.loss_masks or [None] * len(g.response_ids)
         for ids, lp, ai, m in zip(g.response_ids, g.logprobs, a.tolist(), masks):
             batch.prompts.append(g.prompt_ids)
@@ -206,4 +213,6 @@ def step_metrics(batch: StepBatch, tally: Tally, grad_norm: float, finite: bool,
     metrics.update(tally.maxima)
     metrics["trained_tokens"] = tally.trained_tokens
     metrics["logp_mismatch_max"] = tally.mismatch_max
+    if batch.kl_penalty_sum:
+        metrics["kl_reward_penalty"] = batch.kl_penalty_sum / max(len(batch.rewards), 1)  # per sample
     return metrics

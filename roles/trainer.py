@@ -27,6 +27,7 @@ import torch
 
 from roles.algorithm import losses
 from roles.algorithm.aggregation import step_units
+from roles.algorithm.kl import kl_terms
 from roles.algorithm.logprobs import response_logprobs
 from roles.checkpoint.plan import CheckpointPlan
 from roles.checkpoint.resume import Resume
@@ -74,7 +75,7 @@ class TrainerActor(Actor):
         self.routes = routes
         self.model = policy.model
         self.reference = getattr(policy, "reference", None)  # frozen; GRPO's KL anchor
-        if config.kl_in_loss and self.reference is None:
+        if config.needs_reference and self.reference is None:
             raise ValueError("algorithm.kl_coef > 0 needs the policy's reference model")
         self.local_params = policy.local_params  # callable -> what the weight sender pushes
         self.sender = sender
@@ -196,7 +197,8 @@ class TrainerActor(Actor):
         if self.config.sim is not None:
             return self._simulated_step(groups)
         t0 = time.perf_counter()
-        batch = collect(groups, self.config, self.version)
+        penalties = self._kl_penalties(groups) if self.config.kl_in_group_reward else None
+        batch = collect(groups, self.config, self.version, penalties)
         if self.step_index < self.warmup_steps:  # critic-only steps: the policy stays as it is
             return {
                 **step_metrics(batch, Tally(), 0.0, True, time.perf_counter() - t0),
@@ -219,6 +221,31 @@ class TrainerActor(Actor):
             tokens = self.trainers.sum(float(batch.tokens))
             metrics["loss"] = tally.loss_sum / total * tokens / max(batch.tokens, 1)
         return {**metrics, **version_figures(groups, self.version)}
+
+    @torch.no_grad()
+    def _kl_penalties(self, groups: list[Rollout]) -> list[np.ndarray]:
+        """Per group, each sample's ``kl_coef x sum_t k(log ref - log mu)`` over its trained
+        tokens (``algorithm.kl_in_reward``): the reference's forward passes, in micro-batches
+        run in step with the other trainers (the reference is sharded like the policy)."""
+        rows = [(g.prompt_ids, ids, lp, m) for g in groups for ids, lp, m in _samples(g)]
+        mb = self.config.micro_batch
+        starts = list(range(0, len(rows), mb))
+        sums: list[float] = []
+        for start in starts + [None] * (self.trainers.most(len(starts)) - len(starts)):
+            LOOP.tick()
+            chunk = rows[start : start + mb] if start is not None else rows[:1]  # a filler: run, not counted
+            prompts, responses, mus, masks = zip(*chunk)
+            ref_logp, mask = response_logprobs(self.reference, list(prompts), list(responses), self.temperature)
+            mask = loss_mask(list(masks), mask)
+            mu = pad(mus, 0.0, torch.float32)[:, : ref_logp.shape[1]]
+            kl = kl_terms(mu, ref_logp.float(), mask, self.config.kl_estimator).sum(dim=1)
+            if start is not None:
+                sums.extend((self.config.kl_coef * kl).tolist())
+        out, at = [], 0
+        for g in groups:
+            out.append(np.asarray(sums[at : at + len(g.response_ids)]))
+            at += len(g.response_ids)
+        return out
 
     def _forward_backward(self, batch: StepBatch, first: Rollout, scale: float) -> Tally:
         """Every micro-batch's loss and backward pass; their gradients add up."""
@@ -327,3 +354,8 @@ class TrainerActor(Actor):
             raise FloatingPointError(f"{what}; algorithm.on_nonfinite is stop")
         if self.is_leader:
             print(f"mpirl: warning: {what}; its update is skipped (algorithm.on_nonfinite: skip)", flush=True)
+
+
+def _samples(g: Rollout):
+    """(response ids, behaviour log-probs, loss mask or None) of each of the group's samples."""
+    return zip(g.response_ids, g.logprobs, g.loss_masks or [None] * len(g.response_ids))

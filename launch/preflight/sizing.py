@@ -126,7 +126,7 @@ def rank_needs(cfg: RoleMap, longest_prompt: int = 1) -> list[Need]:
     logits = rows * cfg.rollout.max_new_tokens * (shape.vocab or 0) * 4 * 2
     # FSDP2 shards the weights, their gradients and AdamW's two moments over the trainers; a
     # KL term keeps a frozen reference copy, sharded alike.
-    state = weights * (4 + (1 if cfg.algorithm.kl_in_loss else 0)) / max(trainers, 1)
+    state = weights * (4 + (1 if cfg.algorithm.needs_reference else 0)) / max(trainers, 1)
     needs.append(
         Need(
             "trainer" if not cfg.world.colocated_mode else "colocated",

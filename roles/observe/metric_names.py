@@ -51,6 +51,7 @@ _TRAINER = {
     "logp_mismatch_mean": "train/logp_mismatch_mean",
     "logp_mismatch_max": "train/logp_mismatch_max",
     "kl_ref": "train/kl_ref",
+    "kl_reward_penalty": "train/kl_reward_penalty",  # algorithm.kl_in_reward: per sample
     "trainer_wait_s": "timing/trainer_wait_s",
     # streamed with in-flight updates, a sample's tokens may come from several versions
     "token_staleness_mean": "staleness/token_mean",

@@ -51,6 +51,16 @@ class RewardComponent(Section):
         return self.label or self.name.rpartition(":")[2]
 
 
+class OverlongPenalty(Section):
+    """``reward.overlong``: DAPO's soft over-length punishment, added to training rewards
+    (``roles.rewards.overlong``; the formula is in docs/algorithms.md)."""
+
+    buffer: int = Field(gt=0)  # L_cache: tokens before max_length where the penalty ramps from 0 to -1
+    # L_max: the longest response (None: rollout.max_new_tokens; an episode: all its tokens' budget)
+    max_length: int | None = Field(None, gt=0)
+    weight: float = Field(1.0, gt=0, le=100)  # the penalty's scale in the reward
+
+
 class RewardSection(Section):
     """The role map's ``reward:`` section: what scores a response, and the scorers' limits."""
 
@@ -62,6 +72,7 @@ class RewardSection(Section):
     # killed and the response scores 0 (counted in verifier_timeouts). Holds even inside C code.
     timeout_s: float = Field(5.0, gt=0)
     workers: int = Field(1, gt=0, le=1024)  # scorer processes per reward rank (give a rank as many cores)
+    overlong: OverlongPenalty | None = None  # DAPO's soft over-length penalty (training rewards only)
 
     @model_validator(mode="before")
     @classmethod
@@ -71,7 +82,7 @@ class RewardSection(Section):
         if isinstance(value, (str, list)):
             return {"components": value if isinstance(value, list) else [value]}
         if isinstance(value, dict) and "name" in value:
-            section = {k: value[k] for k in ("timeout_s", "workers") if k in value}
+            section = {k: value[k] for k in ("timeout_s", "workers", "overlong") if k in value}
             return {**section, "components": [{k: v for k, v in value.items() if k not in section}]}
         return value
 

@@ -44,14 +44,22 @@ class LossConfig(Section):
     # log ref), on the critic ranks (InstructGPT's). 0 = no reference model is loaded.
     kl_coef: float = Field(0.0, ge=0)
     kl_estimator: Literal["k1", "k2", "k3"] = "k3"  # Schulman's estimators of KL(pi || ref)
+    # With group advantages: take the KL out of the loss and into each sample's reward before its
+    # group baseline, r - kl_coef x sum_t k(log ref - log mu) (any loss, AIPO too)
+    kl_in_reward: bool = False
     entropy_coef: float = Field(0.0, ge=0, le=1)  # a bonus on the policy's entropy at each token
 
     @model_validator(mode="after")
     def _kl_with_grpo(self) -> LossConfig:
-        if self.kl_coef and self.loss == "aipo" and getattr(self, "advantage", None) != "gae":
+        if getattr(self, "advantage", None) == "gae" and self.kl_in_reward:
+            raise ValueError("algorithm.kl_in_reward: with advantage: gae the critic's reward holds the KL already")
+        if self.kl_in_reward and not self.kl_coef:
+            raise ValueError("algorithm.kl_in_reward puts the kl_coef term in the reward, but kl_coef is 0")
+        if self.kl_coef and self.loss == "aipo" and getattr(self, "advantage", None) != "gae" and not self.kl_in_reward:
             raise ValueError(
                 f"algorithm.kl_coef ({self.kl_coef}) applies to loss: grpo or ppo (AIPO has no KL term), to "
-                f"decoupled, or to advantage: gae (a penalty in the reward); loss is {self.loss!r}"
+                "decoupled, or as a penalty in the reward (kl_in_reward: true, or advantage: gae); "
+                f"loss is {self.loss!r}"
             )
         return self
 
@@ -134,8 +142,18 @@ class TrainerConfig(LossConfig):
 
     @property
     def kl_in_loss(self) -> bool:
-        """Whether the KL is a term of the trainers' loss (not the critic's reward penalty)."""
-        return self.kl_coef > 0 and self.advantage != "gae"
+        """Whether the KL is a term of the trainers' loss (not a penalty in the reward)."""
+        return self.kl_coef > 0 and self.advantage != "gae" and not self.kl_in_reward
+
+    @property
+    def kl_in_group_reward(self) -> bool:
+        """Whether the trainers subtract the KL from each sample's reward before its group baseline."""
+        return self.kl_coef > 0 and self.advantage != "gae" and self.kl_in_reward
+
+    @property
+    def needs_reference(self) -> bool:
+        """Whether the trainers hold the frozen reference model (a KL in their loss or rewards)."""
+        return self.kl_in_loss or self.kl_in_group_reward
 
     @property
     def trains_all_groups(self) -> bool:

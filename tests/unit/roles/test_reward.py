@@ -10,7 +10,9 @@ import pytest
 
 from roles.protocol import CONTROLLER, EVAL_GREEDY, TRAIN, EvalScored, Rollout, Routes, Scored
 from roles.reward import RewardActor
+from roles.rewards.overlong import overlong_penalty
 from roles.rewards.sandbox import SampleResult
+from roles.stream_protocol import GroupReady, SlotAssigned
 from roles.tasks.base import Example, TaskConfig
 from runtime import Envelope
 from runtime.mailbox import Address
@@ -97,12 +99,12 @@ def _rollout(group_id: int, first_tokens: list[int], purpose: str = TRAIN) -> Ro
     )
 
 
-def _actor():
+def _actor(overlong=None):
     log: list = []
     mb = _Mailbox()
     scorer = _Scorer(log)
     routes = Routes("generator", "trainer", generators=1, rewards=1, trainers=2)
-    actor = RewardActor(mb, routes, _Tokenizer(), _Task(), scorer, prompts_per_step=4)
+    actor = RewardActor(mb, routes, _Tokenizer(), _Task(), scorer, prompts_per_step=4, overlong=overlong)
     return actor, mb, scorer, log
 
 
@@ -158,3 +160,47 @@ def test_a_late_group_of_an_older_step_is_scored_and_sent_before_a_newer_steps_g
     actor.step()
     assert [[text for text, _ in call] for call in scorer.calls] == [["1 0"], ["7 0", "8 0"]]
     assert [m.group_id for _, m in mb.sent if isinstance(m, Rollout)] == [3, 4, 5]
+
+
+def _ticketed(ticket: int, first_tokens: list[int]) -> Rollout:
+    """A dynamic-sampling group: handed out without a step, its group id its ticket."""
+    r = _rollout(ticket, first_tokens)
+    r.step = -1
+    return r
+
+
+def test_dynamic_sampling_a_scored_group_waits_for_its_slot_and_a_dropped_one_goes_nowhere():
+    actor, mb, _, _ = _actor()
+    _arrive(mb, _ticketed(7, [3, 3]), _ticketed(8, [1, 2]))
+    actor.handle_pending()
+    actor.step()
+    asked = [m for d, m in mb.sent if isinstance(m, GroupReady) and d == CONTROLLER]
+    assert [(m.ticket, m.all_equal, m.reward_sum, m.tokens) for m in asked] == [(7, True, 6.0, 4), (8, False, 3.0, 4)]
+    assert not [m for _, m in mb.sent if isinstance(m, (Rollout, Scored))]  # nothing goes on before its answer
+    mb.sent.clear()
+    mb.inbox.extend([Envelope(CONTROLLER, SlotAssigned(7, -1, -1)), Envelope(CONTROLLER, SlotAssigned(8, 2, 9))])
+    actor.handle_pending()
+    ((dest, forwarded),) = [(d, m) for d, m in mb.sent if isinstance(m, Rollout)]
+    assert dest == Address("trainer", 1) and (forwarded.step, forwarded.group_id) == (2, 9)
+    notice = [m for _, m in mb.sent if isinstance(m, Scored)]
+    assert len(notice) == 1 and notice[0].step == 2 and notice[0].reward_sum == 3.0
+
+
+@pytest.mark.parametrize(
+    "length, want", [(4, 0.0), (6, 0.0), (7, -0.25), (9, -0.75), (10, -1.0), (12, -1.0)]
+)  # fmt: skip
+def test_the_over_length_penalty_ramps_over_the_buffer(length, want):
+    assert overlong_penalty(length, max_length=10, buffer=4) == pytest.approx(want)
+
+
+def test_the_over_length_penalty_is_added_to_training_scores_only():
+    actor, mb, _, _ = _actor(overlong=(2, 1, 0.5))  # responses of 2 tokens: at max_length, penalty -1 x 0.5
+    _arrive(mb, _rollout(0, [5, 6]), _rollout(1, [4], purpose=EVAL_GREEDY))
+    actor.handle_pending()
+    actor.step()
+    (trained,) = [m for _, m in mb.sent if isinstance(m, Rollout)]
+    assert trained.rewards == [4.5, 5.5]
+    (notice,) = [m for _, m in mb.sent if isinstance(m, Scored)]
+    assert notice.components["overlong"] == pytest.approx(-1.0) and notice.reward_sum == pytest.approx(10.0)
+    (evaluated,) = [m for _, m in mb.sent if isinstance(m, EvalScored)]
+    assert evaluated.scores == [4.0]

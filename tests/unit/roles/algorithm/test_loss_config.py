@@ -74,3 +74,24 @@ def test_the_options_that_combine_parse(base_config):
         "token_mean",
         "k3",
     )
+
+
+def test_kl_in_reward_takes_any_loss_and_loads_the_reference(base_config):
+    algo = _parse(base_config, loss="aipo", kl_coef=0.05, kl_in_reward=True)
+    assert algo.kl_in_group_reward and algo.needs_reference and not algo.kl_in_loss and not algo.trains_all_groups
+    grpo = _parse(base_config, loss="grpo", kl_coef=0.05)
+    assert grpo.kl_in_loss and grpo.needs_reference and not grpo.kl_in_group_reward
+    assert not _parse(base_config).needs_reference
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"kl_in_reward": True}, "algorithm.kl_in_reward puts the kl_coef term in the reward, but kl_coef is 0"),
+        ({"kl_in_reward": True, "kl_coef": 0.1, "advantage": "gae", "loss": "ppo"}, "the critic's reward holds"),
+        ({"loss": "aipo", "kl_coef": 0.1}, "or as a penalty in the reward (kl_in_reward: true"),
+    ],
+)
+def test_kl_in_reward_combinations_are_named(base_config, options, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        _parse(base_config, **options)

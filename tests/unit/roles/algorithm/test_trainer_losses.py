@@ -32,11 +32,11 @@ def _tiny_llama(seed=0):
     return LlamaForCausalLM(LlamaConfig(**sizes, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2))
 
 
-def _trainer(base_config, model, **algorithm) -> TrainerActor:
+def _trainer(base_config, model, reference=None, **algorithm) -> TrainerActor:
     raw = copy.deepcopy(base_config)
     raw["algorithm"].update({"lr": 1e-2, "grad_clip": 0.0, **algorithm})
     cfg = config.parse(raw)
-    policy = SimpleNamespace(model=model, local_params=lambda: [], reference=None)
+    policy = SimpleNamespace(model=model, local_params=lambda: [], reference=reference)
     return TrainerActor(
         SimpleNamespace(role_table=_Table()),
         cfg.algorithm,
@@ -135,3 +135,31 @@ def test_the_steps_gradient_is_the_formulas_over_every_sample(base_config, agg):
     loss.backward()
     for (name, a), b in zip(trainer.model.named_parameters(), model.parameters()):
         assert torch.allclose(a.grad, b.grad, rtol=1e-4, atol=1e-8), name
+
+
+@pytest.mark.parametrize("estimator", ["k1", "k3"])
+def test_kl_in_reward_shapes_each_samples_reward_before_its_group_baseline(base_config, estimator):
+    """Against the formula per sample, one forward each: r - kl_coef x sum_t k(log ref - log mu);
+    2-row micro-batches; the all-equal group then has signal and is trained."""
+    from roles.algorithm.advantages import group_advantages
+    from roles.algorithm.kl import kl_terms
+    from roles.algorithm.logprobs import response_logprobs
+    from roles.train_batch import collect
+
+    reference = _tiny_llama(seed=1).requires_grad_(False)
+    opts = {"loss": "aipo", "kl_coef": 0.05, "kl_in_reward": True, "kl_estimator": estimator, "micro_batch": 2}
+    trainer = _trainer(base_config, _tiny_llama(), reference=reference, **opts)
+    groups = _groups()
+    penalties = trainer._kl_penalties(groups)
+    for g, pen in zip(groups, penalties):
+        for ids, lp, p in zip(g.response_ids, g.logprobs, pen):
+            ref, mask = response_logprobs(reference, [g.prompt_ids], [ids], trainer.temperature)
+            mu = torch.as_tensor(lp).reshape(1, -1)
+            assert p == pytest.approx(0.05 * float(kl_terms(mu, ref, mask, estimator).sum()), rel=1e-5, abs=1e-7)
+    batch = collect(groups, trainer.config, 0, penalties)
+    want = [a for g, pen in zip(groups, penalties) for a in group_advantages(np.asarray(g.rewards) - pen, "group_mean")]
+    assert batch.advs == pytest.approx(want, abs=1e-6) and len(batch.advs) == 12  # the all-equal group too
+    assert batch.rewards == [r for g in groups for r in g.rewards]  # the task's rewards are reported
+    m = trainer.train_on(groups)
+    assert m["trained_samples"] == 12 and "kl_ref" not in m  # no KL term in the loss
+    assert m["kl_reward_penalty"] == pytest.approx(float(np.mean(np.concatenate(penalties))), rel=1e-4)
