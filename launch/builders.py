@@ -259,7 +259,7 @@ def _reward(ctx: BuildContext):
 
 def _overlong(cfg) -> tuple[int, int, float] | None:
     """(max_length, buffer, weight) of ``reward.overlong``, its length resolved (None: not set)."""
-    from launch.rollout_rules import overlong_max_length
+    from launch.combinations import overlong_max_length
 
     o = cfg.reward.overlong
     return None if o is None else (overlong_max_length(cfg), o.buffer, o.weight)

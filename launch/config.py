@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
 
-from launch.rollout_rules import check_rollout_modes
+from launch.combinations import check_combinations
 from roles.engines.base import EngineConfig
 from roles.models import ModelConfig
 from roles.policy.weight_transport import WeightsConfig
@@ -228,8 +228,8 @@ class RoleMap(Section):
         return self
 
     @model_validator(mode="after")
-    def _rollouts_can_run(self) -> RoleMap:
-        check_rollout_modes(self)
+    def _sections_combine(self) -> RoleMap:
+        check_combinations(self)
         return self
 
     @model_validator(mode="after")

@@ -83,9 +83,8 @@ class TrainerActor(Actor):
         self.trainers = TrainerGroup(dp_group, routes.trainers)  # the step's collectives over them
         self.allreduce_grads = allreduce_grads and dp_group is not None
         self.is_leader = mailbox.role_table.index == 0
-        self.optimizer = torch.optim.AdamW(
-            self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.999)
-        )
+        trained = [p for p in self.model.parameters() if p.requires_grad]  # LoRA: the adapters only
+        self.optimizer = torch.optim.AdamW(trained, lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.999))
         # A WeightSender with copy=False sends from the parameters themselves: the next update
         # must not overwrite them before they are out. (Colocated ranks reload a local engine
         # synchronously and have no such sender.)

@@ -10,22 +10,33 @@ from roles.checkpoint.resume import read_saved_config
 from roles.checkpoint.trainer_state import dcp_errors_named, read_shard_index, single_process_is_meant
 
 
-def export_hf(path: str | Path, out: str | Path) -> Path:
+def export_hf(path: str | Path, out: str | Path, adapter: bool = False) -> Path:
     """Write the policy of checkpoint ``path`` as a plain Hugging Face folder (safetensors,
-    config, generation config, tokenizer) that ``from_pretrained`` and vLLM load.
+    config, generation config, tokenizer) that ``from_pretrained`` and vLLM load; a LoRA run's
+    adapters merged into its base, or with ``adapter`` as a PEFT adapter folder instead.
 
     Runs in one process without torch.distributed: the trainers' shards, however many wrote
     them, are read into one whole model (the optimizer state is not read).
     """
     from roles.models import ModelConfig
+    from roles.models.lora import LoraConfig, inject_lora, save_adapter_folder
     from roles.policy.model import Policy, load_model
 
     path = Path(path)
     saved = _saved_config(path)
-    model_cfg = ModelConfig.model_construct(**saved["model"])
+    lora = LoraConfig.model_validate(saved["model"]["lora"]) if saved["model"].get("lora") else None
+    if adapter and lora is None:
+        raise CheckpointIOError(
+            f"{path}: an adapter folder needs a LoRA run (model.lora); this one trained every weight"
+        )
+    model_cfg = ModelConfig.model_construct(**{**saved["model"], "lora": lora})
     model = load_model(model_cfg)
+    if lora is not None:
+        model = inject_lora(model, lora)
     _read_shards(model, path, TRAINER_SHARDS, "the policy")
-    Policy(model, model_cfg.path, sharded=False).save(out, is_leader=True)
+    if adapter:
+        return save_adapter_folder(model, lora, model_cfg.path, out)
+    Policy(model, model_cfg.path, sharded=False, lora=lora).save(out, is_leader=True)
     return Path(out)
 
 

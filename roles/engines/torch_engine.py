@@ -90,6 +90,12 @@ class TorchEngine:
         if stop_ids is None:
             stop_ids = eos_ids(model.path)
         stream = dict(capacity=engine.max_seqs or max(max_seqs, 1), inflight_kv=engine.inflight_kv, seed=seed)
+        if module is None and model.lora is not None:  # the base, with adapters the syncs fill
+            from roles.models.loading import load_complete
+            from roles.models.lora import inject_lora
+
+            base = load_complete(model.path, torch_dtype(engine.dtype or model.dtype))
+            module = inject_lora(base, model.lora, inference=True)
         if module is not None:
             return cls(module, stop_ids=stop_ids, **stream)
         return cls(

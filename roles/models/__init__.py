@@ -18,10 +18,11 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
-from pydantic import field_validator
+from pydantic import field_validator, model_validator
 
 from roles.models import generic, llama, qwen2
 from roles.models.base import ModelSpec, layers_by_name
+from roles.models.lora import LoraConfig
 from roles.sections.base import Section, shortened_path
 
 if TYPE_CHECKING:
@@ -168,6 +169,7 @@ def config_int(data: Mapping, name: str) -> int | None:
 class ModelConfig(Section):
     path: str  # folder with a Hugging Face causal LM (config, safetensors, tokenizer)
     dtype: Dtype = "float32"  # the policy's parameter dtype (trainers and generators)
+    lora: LoraConfig | None = None  # train LoRA adapters on a frozen base (roles.models.lora)
 
     @field_validator("path")
     @classmethod
@@ -189,3 +191,11 @@ class ModelConfig(Section):
 
     def torch_dtype(self) -> torch.dtype:
         return torch_dtype(self.dtype)
+
+    @model_validator(mode="after")
+    def _lora_fits_the_model(self) -> ModelConfig:
+        if self.lora is not None:  # only then: it builds the model's structure (no weights)
+            from roles.models.lora import check_targets
+
+            check_targets(self.path, self.lora)
+        return self

@@ -27,10 +27,17 @@ class Policy:
     sharded: bool
     # The frozen starting weights, sharded like ``model``: GRPO's KL anchor (kl_coef > 0 only).
     reference: torch.nn.Module | None = None
+    lora: object = None  # model.lora (a LoraConfig): the model carries adapters on a frozen base
 
     def local_params(self):
-        """What this rank sends in a weight sync: its rows of every parameter (no copy)."""
-        return local_shards(self.model)
+        """What this rank sends in a weight sync: its rows of every parameter (no copy); with
+        LoRA, of the adapters only (the generators hold the same frozen base)."""
+        shards = local_shards(self.model)
+        if self.lora is None:
+            return shards
+        from roles.models.lora import is_adapter
+
+        return [s for s in shards if is_adapter(s.name)]
 
     def save(self, out_dir: str | Path, is_leader: bool) -> None:
         """Write a Hugging Face folder. Collective over the trainers when sharded.
@@ -46,6 +53,10 @@ class Policy:
             return
         if state is None:
             state = {n: p.detach() for n, p in self.model.named_parameters()}
+        if self.lora is not None:  # a plain Hugging Face folder: the adapters merged into the base
+            from roles.models.lora import merged_state
+
+            state = merged_state(state, self.lora)
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         save_file(
@@ -90,9 +101,18 @@ def load_policy(model, group, *, shard: bool, reference: bool) -> Policy:
     Collective over ``group`` when ``shard`` (FSDP2 keeps each rank's rows of what it loaded).
     """
     policy = load_model(model)
-    frozen = load_model(model).requires_grad_(False).eval() if reference else None
+    if model.lora is not None:
+        from roles.models.lora import inject_lora
+
+        policy = inject_lora(policy, model.lora)
+    # With LoRA the reference is the policy's own frozen base, its adapters switched off.
+    frozen = load_model(model).requires_grad_(False).eval() if reference and model.lora is None else None
     if shard:
         policy = shard_model(policy, group)
         if frozen is not None:
             frozen = shard_model(frozen, group)
-    return Policy(policy, model.path, shard, frozen)
+    if reference and model.lora is not None:
+        from roles.models.lora import BaseView
+
+        frozen = BaseView(policy)
+    return Policy(policy, model.path, shard, frozen, lora=model.lora)

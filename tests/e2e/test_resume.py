@@ -56,11 +56,15 @@ def _weights(run_dir: Path) -> dict:
 CRITIC = {"world": {"critic": 1}, "algorithm": {"advantage": "gae", "loss": "ppo"}}
 
 
+# A LoRA run (model.lora): the adapters and their optimizer state are checkpointed; export merges them.
+LORA = {"model": {"lora": {"rank": 4}}, "algorithm": {"lr": 1e-3}}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["batch", "stream", "critic"])
+@pytest.mark.parametrize("mode", ["batch", "stream", "critic", "lora"])
 def test_a_killed_run_resumes_bit_identically_at_staleness_0(tmp_path, sft_model, mode):
     whole, broken = tmp_path / "whole", tmp_path / "broken"
-    rollout = CRITIC if mode == "critic" else {"rollout": {"mode": mode}}
+    rollout = {"critic": CRITIC, "lora": LORA}.get(mode) or {"rollout": {"mode": mode}}
     recipe.run_job(_config(whole, sft_model, 0, **rollout), timeout_s=JOB_TIMEOUT_S, quiet=True)
     kill_after_checkpoint(_config(broken, sft_model, 0, **rollout), broken, steps_done=4)
     recipe.run_job(_config(broken, sft_model, 0, **rollout), timeout_s=JOB_TIMEOUT_S, quiet=True)  # resume: auto
@@ -86,6 +90,12 @@ def test_a_killed_run_resumes_bit_identically_at_staleness_0(tmp_path, sft_model
     subprocess.run(cli, check=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True)
     we = load_file(str(exported / "model.safetensors"))
     assert we.keys() == wb.keys() and all((we[n] == wb[n]).all() for n in we)
+    if mode == "batch":  # an adapter folder only from a LoRA run: said, exit 2
+        adapter = subprocess.run(
+            [*cli[:-1], str(tmp_path / "adapter"), "--adapter"], timeout=300, capture_output=True, text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+        )  # fmt: skip
+        assert adapter.returncode == 2 and "an adapter folder needs a LoRA run" in adapter.stderr, adapter.stderr
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     AutoModelForCausalLM.from_pretrained(str(exported)), AutoTokenizer.from_pretrained(str(exported))

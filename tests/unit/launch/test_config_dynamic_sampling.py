@@ -1,4 +1,4 @@
-"""launch/config.py (launch/rollout_rules.py): rollout.dynamic_sampling, its bounds, and what it
+"""launch/config.py (launch/combinations.py): rollout.dynamic_sampling, its bounds, and what it
 may be combined with (exit 2 naming the field)."""
 
 from __future__ import annotations

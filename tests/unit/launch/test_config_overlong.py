@@ -1,4 +1,4 @@
-"""launch/config.py (launch/rollout_rules.py): reward.overlong, DAPO's soft over-length penalty:
+"""launch/config.py (launch/combinations.py): reward.overlong, DAPO's soft over-length penalty:
 its forms, its bounds, and the longest response it ramps up to."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from launch import config
+from launch.combinations import overlong_max_length
 from launch.config import ConfigError
-from launch.rollout_rules import overlong_max_length
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -1,12 +1,12 @@
-"""Which rollout settings a role map may combine (``rollout.mode``, ``oversample``,
-``dynamic_sampling``, the over-length penalty's lengths): the role map's checks across its
-sections, each error naming the field and saying why. Called by ``launch.config.RoleMap``'s
-validator."""
+"""Which settings of different sections a role map may combine (``rollout.mode``,
+``oversample``, ``dynamic_sampling``, the over-length penalty's lengths, ``model.lora``): the
+role map's checks across its sections, each error naming the field and saying why. Called by
+``launch.config.RoleMap``'s validator."""
 
 from __future__ import annotations
 
 
-def check_rollout_modes(cfg) -> None:
+def check_combinations(cfg) -> None:
     """Raises ValueError for a rollout setting the rest of the role map cannot run."""
     rollout = cfg.rollout
     if rollout.mode == "stream" and cfg.world.colocated_mode:
@@ -23,6 +23,22 @@ def check_rollout_modes(cfg) -> None:
         _check_dynamic_sampling(cfg)
     if cfg.reward.overlong is not None:
         _check_overlong(cfg)
+    if cfg.model.lora is not None:
+        _check_lora(cfg)
+
+
+def _check_lora(cfg) -> None:
+    g = cfg.world.generator
+    if g.ranks and g.engine == "vllm":
+        raise ValueError(
+            "model.lora: the vllm engine does not take adapters from mpirl's weight sync yet; "
+            "use world.generator.engine: torch (or train without model.lora)"
+        )
+    if g.quantization is not None:
+        raise ValueError(
+            f"model.lora with world.generator.quantization ({g.quantization}): the int8 layers would be "
+            "requantized around adapters they do not hold; leave one of them out"
+        )
 
 
 def overlong_max_length(cfg) -> int:
