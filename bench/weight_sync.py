@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from cross_node import link  # noqa: E402
+from model_sizes import SIZES  # noqa: E402
 from mpi4py import MPI  # noqa: E402
 
 from transports.torch_dist import init_torch_distributed, new_group  # noqa: E402
@@ -55,8 +56,6 @@ from transports.weights import MPIChannel, Need, TorchChannel, WeightReceiver, W
 from transports.weights.plan import LocalShard, ShardMeta, chunk_range, layout, typed_view  # noqa: E402
 
 TRAINERS, GENERATORS = (0, 1), (2, 3)
-# name -> (hidden, layers, intermediate, vocab): Llama shapes, MHA, untied head.
-SIZES = {"25M": (256, 10, 688, 32000), "100M": (768, 7, 2048, 32000), "400M": (1024, 26, 2816, 32000)}
 
 
 def llama_shapes(hidden, layers, inter, vocab):

@@ -29,11 +29,6 @@ def check_combinations(cfg) -> None:
 
 def _check_lora(cfg) -> None:
     g = cfg.world.generator
-    if g.ranks and g.engine == "vllm":
-        raise ValueError(
-            "model.lora: the vllm engine does not take adapters from mpirl's weight sync yet; "
-            "use world.generator.engine: torch (or train without model.lora)"
-        )
     if g.quantization is not None:
         raise ValueError(
             f"model.lora with world.generator.quantization ({g.quantization}): the int8 layers would be "

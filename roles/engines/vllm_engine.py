@@ -94,6 +94,7 @@ class VllmEngine(VllmStreaming):
         self.config = config
         self.last_update_s: float | None = None  # seconds the latest load_weights took (reload + reset)
         self.updates = 0  # load_weights calls so far
+        self.adapters = None  # model.lora: a MergedAdapters (roles.engines.adapter_merge), set by from_config
         self._llm = _build_llm(config)
         self._param_names = _checkpoint_names(config.model)
         # Per worker: groups of "module.param" names holding one shared Parameter (tied head).
@@ -105,8 +106,9 @@ class VllmEngine(VllmStreaming):
         """The engine of a role map's ``world.generator`` (``EngineConfig``) over its ``model:``.
 
         ``module`` and ``stop_ids`` are the torch engine's (vLLM loads the folder and stops at
-        its tokenizer's EOS itself)."""
-        return cls(
+        its tokenizer's EOS itself). With ``model.lora`` syncs bring adapters, merged here
+        into a copy of the base (``roles.engines.adapter_merge``)."""
+        vllm = cls(
             cls.Config(
                 model=model.path,
                 dtype=engine.dtype or model.dtype,
@@ -120,6 +122,12 @@ class VllmEngine(VllmStreaming):
                 inflight_kv=engine.inflight_kv,
             )
         )
+        if model.lora is not None:
+            from roles.engines.adapter_merge import MergedAdapters
+            from roles.models import torch_dtype
+
+            vllm.adapters = MergedAdapters(model.path, model.lora, torch_dtype(engine.dtype or model.dtype))
+        return vllm
 
     # ------------------------------------------------------------------ Engine
 
@@ -170,6 +178,8 @@ class VllmEngine(VllmStreaming):
         before anything is touched. Tensors may live on any device; they are copied.
         """
         t0 = time.perf_counter()
+        if self.adapters is not None:  # LoRA: the adapters merged into the base (adapter_merge)
+            named_tensors = self.adapters.merged(named_tensors)
         named = list(named_tensors)  # references only; lets us check names before touching vLLM
         names = {n for n, _ in named}
         missing, unknown = self._param_names - names, names - self._param_names

@@ -5,6 +5,7 @@ tests/e2e/test_resume.py.)"""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -65,3 +66,23 @@ def test_adapter_only_syncs_keep_the_generator_on_the_trainers_policy(tmp_path, 
     ids = torch.tensor([[3, 4, 5, 6, 7, 8]])
     assert torch.allclose(with_adapter(ids).logits, merged(ids).logits, atol=1e-5)
     assert not torch.allclose(AutoModelForCausalLM.from_pretrained(str(sft_model))(ids).logits, merged(ids).logits)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed (make test installs it)")
+def test_a_vllm_generator_takes_the_adapters_merged_into_its_base(tmp_path, sft_model):
+    """vLLM has no LoRA on CPU: the generator merges each sync's adapters into its copy of the
+    base and reloads; the trainers still send the adapters only."""
+    overrides = {
+        "model": {"path": str(sft_model), "lora": LORA},
+        "world": {"generator": {"ranks": 1, "engine": "vllm"}},
+        "rollout": {"prompts_per_step": 8, "samples_per_prompt": 4},
+        "algorithm": {"lr": 1e-3},
+        "run": {"steps": STEPS, "max_staleness": 0, "out": str(tmp_path), "progress": False},
+    }
+    cfg = recipe.write_config(CONFIG, tmp_path, overrides)
+    recipe.run_job(cfg, timeout_s=JOB_TIMEOUT_S, quiet=True)
+    metrics = recipe.read_metrics(tmp_path)
+    assert [m["weight_sync_bytes"] for m in metrics[:-1]] == [_adapter_bytes(sft_model)] * (STEPS - 1)
+    gaps = [m["trainer"]["logp_mismatch_max"] for m in metrics if m["trainer"].get("trained_tokens")]
+    assert gaps and max(gaps) < 1e-3, gaps  # vLLM's CPU kernels against torch's, float32

@@ -41,8 +41,8 @@ def test_target_modules_matching_nothing_are_named_with_the_modules_there(base_c
 
 @pytest.mark.parametrize(
     "generator, named",
-    [({"ranks": 1, "engine": "vllm"}, "the vllm engine does not take adapters"),
-     ({"ranks": 1, "quantization": "int8"}, "model.lora with world.generator.quantization (int8)")],
+    [({"ranks": 1, "quantization": "int8"}, "model.lora with world.generator.quantization (int8)"),
+     ({"ranks": 1, "engine": "vllm", "quantization": "fp8"}, "model.lora with world.generator.quantization (fp8)")],
 )  # fmt: skip
 def test_generators_that_cannot_take_adapters_are_refused(base_config, generator, named):
     base_config["model"]["lora"] = {"rank": 4}

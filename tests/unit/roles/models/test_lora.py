@@ -118,3 +118,23 @@ def test_a_generator_takes_100_adapter_syncs_without_drift():
     for row, (_, s) in enumerate(flat):
         n = len(s.response_ids)
         assert np.allclose(logp[row, :n].detach().numpy(), s.logprobs, atol=1e-5), row
+
+
+def test_merged_adapters_give_an_engine_of_plain_weights_the_merged_model_from_the_base(tmp_path):
+    """vLLM's path: every parameter, the adapted ones merged from the pristine base on each sync."""
+    from roles.engines.adapter_merge import MergedAdapters
+
+    tiny_llama().save_pretrained(tmp_path)
+    merger = MergedAdapters(str(tmp_path), CFG, torch.float32)
+    for seed in range(3):  # later syncs start from the base again, not from the last merge
+        trained = _trained(seed=seed)
+        adapters = [(n, p.detach()) for n, p in trained.named_parameters() if is_adapter(n)]
+        merged = dict(merger.merged(adapters))
+        want = merged_state(dict(trained.state_dict()), CFG)
+        assert set(merged) == {n for n, _ in tiny_llama().named_parameters()}
+        assert all(torch.allclose(merged[n], want[n], atol=1e-6) for n in merged)
+    with pytest.raises(KeyError, match="not an adapter of this model"):
+        merger.merged([("model.layers.0.self_attn.q_proj.weight", torch.zeros(1))])
+    name = "model.layers.0.self_attn.q_proj.lora_A.default.weight"
+    with pytest.raises(KeyError, match="come together, got only lora_A"):
+        merger.merged([(name, dict(_trained().named_parameters())[name].detach())])

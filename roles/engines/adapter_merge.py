@@ -1,0 +1,45 @@
+"""LoRA adapters for an engine that takes plain weights only (vLLM here): each sync's adapters
+merged into a pristine copy of the base, and the whole model reloaded.
+
+vLLM's CPU backend has no LoRA kernels to run adapters from tensors, and its in-place reload
+needs every parameter at once (it fuses q/k/v and gate/up per layer). So the generator keeps
+the base as loaded (CPU memory: one copy of the model) and, on each sync, hands the engine
+``W + (alpha/r) B A`` for the adapted layers and the base for the rest: always from the base,
+never onto the last merge, so nothing drifts. The trainers still send the adapters only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from roles.models.lora import ADAPTER, LoraConfig
+
+
+class MergedAdapters:
+    def __init__(self, model_path: str, config: LoraConfig, dtype: torch.dtype):
+        from roles.models.loading import load_complete
+
+        model = load_complete(model_path, dtype)
+        self.config = config
+        self.base = {n: p.detach() for n, p in model.named_parameters()}  # the checkpoint's names
+
+    def merged(self, adapters: Iterable[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
+        """Every parameter of the model: the adapted layers' weights merged with ``adapters``
+        (``X.lora_A.default.weight``, ``X.lora_B.default.weight``), the others the base's."""
+        pairs: dict[str, dict[str, torch.Tensor]] = {}
+        for name, tensor in adapters:
+            module, _, rest = name.partition(".lora_")
+            part = rest.split(".", 1)[0]  # "A" or "B"
+            if rest != f"{part}.{ADAPTER}.weight" or f"{module}.weight" not in self.base:
+                raise KeyError(f"not an adapter of this model: {name!r}")
+            pairs.setdefault(module, {})[part] = tensor
+        out = dict(self.base)
+        for module, ab in pairs.items():
+            if set(ab) != {"A", "B"}:
+                raise KeyError(f"{module}: lora_A and lora_B come together, got only lora_{''.join(ab)}")
+            w = self.base[f"{module}.weight"]
+            delta = self.config.scale * (ab["B"].float() @ ab["A"].float())
+            out[f"{module}.weight"] = (w.float() + delta).to(w.dtype)
+        return list(out.items())
