@@ -74,9 +74,9 @@ def open_mpi_env(env: dict, mpiexec: str | None = None) -> dict:
     return out
 
 
-def _load_or_exit(path: str) -> config.RoleMap:
+def _load_or_exit(path: str, overrides=()) -> config.RoleMap:
     try:
-        return preflight.load(path)
+        return preflight.load(path, overrides)
     except config.ConfigError as e:
         print(f"mpirl: config error: {e}", file=sys.stderr)
         sys.exit(config.EXIT_CONFIG)
@@ -86,7 +86,7 @@ def cmd_check(args) -> int:
     """The role map, then its data (the task's files, the tokenizer, every prompt) and the
     checkpoint it would resume from, as a run's start-up would (launch/main.py): what a run
     would refuse, this refuses."""
-    cfg = _load_or_exit(args.config)
+    cfg = _load_or_exit(args.config, args.overrides)
     data, resume = None, None
     if not args.no_data:
         from launch.preflight.data import prepare_data
@@ -119,8 +119,8 @@ def cmd_run(args) -> int:
     early: list[int] = []
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
         signal.signal(s, lambda signum, frame: early.append(signum))
-    cfg = _load_or_exit(args.config)
-    cmd, env = mpiexec_command(cfg.world.size, [sys.executable, "-m", "launch", args.config])
+    cfg = _load_or_exit(args.config, args.overrides)
+    cmd, env = mpiexec_command(cfg.world.size, [sys.executable, "-m", "launch", args.config, *args.overrides])
     if args.dry_run:
         # Printed so that it works when pasted: the variables we added go in front.
         added = [f"{k}={v}" for k, v in env.items() if os.environ.get(k) != v]
@@ -268,7 +268,14 @@ def cmd_advise(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    # Overrides may come before or after the options (mpirl check CONFIG --no-data a.b=1): the
+    # ones argparse leaves after an option are taken here, and anything else is still an error.
+    args, rest = parser.parse_known_args(argv)
+    if rest and (not hasattr(args, "overrides") or any(r.startswith("-") for r in rest)):
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    if rest:
+        args.overrides = [*args.overrides, *rest]
     sys.exit(args.fn(args))
 
 
@@ -283,6 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_check(sub) -> None:
     p = sub.add_parser("check", help="validate a role map and its data; print the rank -> role table")
     p.add_argument("config")
+    _add_overrides(p)
     p.add_argument(
         "--no-data",
         action="store_true",
@@ -297,6 +305,7 @@ def _add_check(sub) -> None:
 def _add_run(sub) -> None:
     p = sub.add_parser("run", help="run a role map under mpiexec with the right number of ranks")
     p.add_argument("config")
+    _add_overrides(p)
     p.add_argument("--dry-run", action="store_true", help="print the mpiexec command instead of running it")
     p.add_argument(
         "--restarts",
@@ -306,6 +315,12 @@ def _add_run(sub) -> None:
         help="relaunch a job that failed, from its newest checkpoint (run.resume: auto), up to N times",
     )
     p.set_defaults(fn=cmd_run)
+
+
+def _add_overrides(p) -> None:
+    p.add_argument(
+        "overrides", nargs="*", metavar="KEY=VALUE", help="set a value of the role map (rollout.temperature=0.7)"
+    )
 
 
 def _add_inspecting(sub) -> None:

@@ -32,27 +32,28 @@ def _fail_config(message: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m launch", description=__doc__)
     parser.add_argument("config", help="role-map YAML file")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="set a value of the role map")
     args = parser.parse_args(argv)
     entered = time.time()
     from runtime.lifeline import tie_to_launcher
 
     tie_to_launcher()  # a rank never outlives mpirun / srun, even deep in C code
-    cfg = _read_role_map(args.config)
-    prepared, resume = _prepare(cfg, args.config)
+    cfg = _read_role_map(args.config, args.overrides)
+    prepared, resume = _prepare(cfg, args.config, args.overrides)
     _run(cfg, args.config, prepared, resume, startup_at=(entered, time.time()))
 
 
-def _read_role_map(path: str) -> RoleMap:
+def _read_role_map(path: str, overrides=()) -> RoleMap:
     """The role map, read and checked by every rank alike: a bad one stops them all with exit 2."""
     try:
-        cfg = preflight.load(path)
+        cfg = preflight.load(path, overrides)
         preflight.check_world_size(cfg, MPI.COMM_WORLD.Get_size(), path)
     except ConfigError as e:
         _fail_config(str(e))
     return cfg
 
 
-def _prepare(cfg: RoleMap, config_path: str):
+def _prepare(cfg: RoleMap, config_path: str, overrides=()):
     """Rank 0 prepares the data, the others import meanwhile; then rank 0's verdict reaches
     every rank. Returns what this rank needs of it (``launch.builders.Prepared``) and the resume."""
     from runtime.backoff import wait_for_all
@@ -74,7 +75,7 @@ def _prepare(cfg: RoleMap, config_path: str):
     if problem is not None:
         _stop(problem, config_path)
     if world.Get_rank() == 0:  # every rank has read the role map: its copy for report and advise
-        _record_run(cfg, config_path)
+        _record_run(cfg, config_path, overrides)
     else:
         from launch.builders import Prepared
 
@@ -137,7 +138,7 @@ def _stop(problem: tuple[int, str], config_path: str) -> None:
     sys.exit(code)
 
 
-def _record_run(cfg: RoleMap, config_path: str) -> None:
+def _record_run(cfg: RoleMap, config_path: str, overrides=()) -> None:
     from launch.run_folder import record_role_map
     from runtime.spans import clear_spans
 
@@ -146,7 +147,7 @@ def _record_run(cfg: RoleMap, config_path: str) -> None:
     clear_spans(cfg.run.out)
 
     try:
-        record_role_map(config_path, cfg.run.out)
+        record_role_map(config_path, cfg.run.out, overrides)
     except OSError as e:  # the run's own files matter more than this copy
         print(f"mpirl: warning: could not copy the role map into {cfg.run.out}: {e}", file=sys.stderr, flush=True)
 

@@ -34,20 +34,29 @@ def check_run_folder(cfg: RoleMap, create: bool = True) -> Path:
     return out
 
 
-def record_role_map(source: str | Path, out: str | Path) -> Path | None:
+def record_role_map(source: str | Path, out: str | Path, overrides=()) -> Path | None:
     """Copy the role map the job was started with into ``run.out/config.yaml``, where ``mpirl
     report`` and ``mpirl advise`` read a run's settings; returns the copy (None when ``source``
-    already is that file, as for the demos, which write their role map there).
+    already is that file, as for the demos, which write their role map there, and no override
+    changed it).
 
-    The user's own text, comments included; replaced atomically, so a resumed run's copy is
-    always a whole file, that of its latest start. Call on one rank, once every rank has read
-    ``source``.
+    The user's own text, comments included; with command-line ``overrides`` the merged role
+    map instead (what ran, headed by the overrides). Replaced atomically, so a resumed run's
+    copy is always a whole file, that of its latest start. Call on one rank, once every rank
+    has read ``source``.
     """
     target = Path(out) / ROLE_MAP
     source = Path(source)
-    if target.exists() and os.path.samefile(source, target):
+    if not overrides and target.exists() and os.path.samefile(source, target):
         return None
+    if overrides:
+        from launch.overrides import merged_text
+        from launch.preflight import read_with_overrides
+
+        text = merged_text(read_with_overrides(source, overrides), str(source), list(overrides)).encode()
+    else:
+        text = source.read_bytes()
     with tempfile.NamedTemporaryFile("wb", dir=target.parent, prefix=".config.yaml-", delete=False) as f:
-        f.write(source.read_bytes())
+        f.write(text)
     os.replace(f.name, target)
     return target

@@ -23,10 +23,21 @@ from launch.role_map_file import read_role_map_file
 from roles.observe.backends import check_backends
 
 
-def load(path: str | Path) -> RoleMap:
-    """The role-map file at ``path``, read, parsed and checked."""
-    path = Path(path)
-    return parse(read_role_map_file(path), str(path))
+def load(path: str | Path, overrides: list[str] | tuple = ()) -> RoleMap:
+    """The role-map file at ``path``, read, with the command line's ``KEY=VALUE`` overrides
+    applied (``launch.overrides``), parsed and checked."""
+    return parse(read_with_overrides(path, overrides), str(path))
+
+
+def read_with_overrides(path: str | Path, overrides: list[str] | tuple = ()):
+    """The role-map file's data with ``overrides`` applied (ConfigError naming a bad one)."""
+    from launch.overrides import OverrideError, apply_overrides, parse_overrides
+
+    data = read_role_map_file(Path(path))
+    try:
+        return apply_overrides(data, parse_overrides(list(overrides)))
+    except OverrideError as e:
+        raise ConfigError(f"{path}: {e}") from None
 
 
 def parse(data: dict, source: str = "<config>") -> RoleMap:

@@ -1,11 +1,13 @@
-"""LoRA adapters for an engine that takes plain weights only (vLLM here): each sync's adapters
+"""LoRA adapters for an engine that is given plain weights (vLLM here): each sync's adapters
 merged into a pristine copy of the base, and the whole model reloaded.
 
-vLLM's CPU backend has no LoRA kernels to run adapters from tensors, and its in-place reload
-needs every parameter at once (it fuses q/k/v and gate/up per layer). So the generator keeps
-the base as loaded (CPU memory: one copy of the model) and, on each sync, hands the engine
-``W + (alpha/r) B A`` for the adapted layers and the base for the rest: always from the base,
-never onto the last merge, so nothing drifts. The trainers still send the adapters only.
+mpirl's vLLM engine reloads weights in place, and that reload needs every parameter at once
+(vLLM fuses q/k/v and gate/up per layer). So the generator keeps the base as loaded (CPU
+memory: one copy of the model) and, on each sync, hands the engine ``W + (alpha/r) B A`` for
+the adapted layers and the base for the rest: always from the base, never onto the last
+merge, so nothing drifts. The trainers still send the adapters only. vLLM's own LoRA path
+(``enable_lora`` and a ``LoRARequest`` per version, which has CPU kernels too) would avoid the
+reload; it is not wired yet (docs/lora.md).
 """
 
 from __future__ import annotations

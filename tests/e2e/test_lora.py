@@ -71,8 +71,8 @@ def test_adapter_only_syncs_keep_the_generator_on_the_trainers_policy(tmp_path, 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed (make test installs it)")
 def test_a_vllm_generator_takes_the_adapters_merged_into_its_base(tmp_path, sft_model):
-    """vLLM has no LoRA on CPU: the generator merges each sync's adapters into its copy of the
-    base and reloads; the trainers still send the adapters only."""
+    """The vLLM generator merges each sync's adapters into its copy of the base and reloads
+    (roles.engines.adapter_merge); the trainers still send the adapters only."""
     overrides = {
         "model": {"path": str(sft_model), "lora": LORA},
         "world": {"generator": {"ranks": 1, "engine": "vllm"}},

@@ -359,7 +359,7 @@ def test_export_refuses_a_folder_that_holds_files_unless_forced(tmp_path, monkey
     (out / "model-00001-of-00002.safetensors").write_bytes(b"another model's shard")
     written = []
 
-    def fake_export(path, to):
+    def fake_export(path, to, adapter=False):
         written.append(Path(to))
         (Path(to) / "model.safetensors").write_bytes(b"new")
         return Path(to)
@@ -456,9 +456,9 @@ def test_a_stop_signal_before_mpiexec_exits_resumable_starting_nothing(base_conf
 
     load = cli._load_or_exit
 
-    def load_while_signalled(path):  # SIGTERM while the role map is read (Slurm, early)
+    def load_while_signalled(path, overrides=()):  # SIGTERM while the role map is read (Slurm, early)
         os.kill(os.getpid(), signal.SIGTERM)
-        return load(path)
+        return load(path, overrides)
 
     monkeypatch.setattr(cli, "_load_or_exit", load_while_signalled)
     monkeypatch.setattr(cli, "run_forwarding_signals", lambda *a, **k: pytest.fail("mpiexec was started"))
