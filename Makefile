@@ -22,7 +22,7 @@ export PRTE_MCA_pmix_tool_support ?= 0
 export OMP_NUM_THREADS ?= 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo demo-gsm8k demo-tools demo-check test lint format test-unit test-mpi test-faults test-hpc bench venv clean
+.PHONY: demo demo-gsm8k demo-tools demo-check test lint format test-unit test-mpi test-faults test-hpc test-gpu bench venv clean
 
 venv: $(STAMP) $(FAST)
 
@@ -88,6 +88,12 @@ test-faults: venv
 # is skipped with the reason, so this target passes on a user's machine too.
 test-hpc: venv
 	$(PY) -m pytest -q --color=no -p no:cacheprovider -rs tests/hpc
+
+# GPU paths (tests/gpu): CUDA engines, FSDP2 over NCCL, the NCCL weight sync, a job sampling on
+# the GPU. Each test is skipped with the reason where there is no CUDA, so this passes on CI's
+# machines as a list of skips; bench/gpu_check.sh runs it first on a machine with a GPU.
+test-gpu: venv
+	$(PY) -m pytest -q --color=no -p no:cacheprovider -rs tests/gpu
 
 # The mailbox's tests run twice: on the transport the job uses (compiled when built) and on the
 # Python one, the reference (tests/mpi/test_transport_impls.py also mixes the two).
