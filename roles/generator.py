@@ -53,6 +53,7 @@ def publish_batch(
     wait_s: float = 0.0,
     weight_load_s: float = 0.0,
     weight_syncs: int = 0,
+    window_s: float = 0.0,
 ) -> None:
     """Send each sampled group of ``batch`` to its reward rank, then the batch's notice to the controller."""
     tokens = 0
@@ -89,6 +90,7 @@ def publish_batch(
             weight_syncs=weight_syncs,
             eval_round=batch.eval_round,
             tail_wait_s=tail_wait_s,
+            window_s=window_s,
         ),
     )
 
@@ -135,6 +137,7 @@ class GeneratorActor(StreamsRollouts, ForwardsStopSignals, SavesRandomStates, Ac
         # Weight-sync accounting since the last BatchDone (the controller logs it per step).
         self._load_s = 0.0
         self._syncs = 0
+        self._last_notice = time.perf_counter()  # the start of the next BatchDone's window
         self.streaming = rollout.mode == "stream"
         self.episodes = episodes
         if self.streaming:
@@ -193,6 +196,12 @@ class GeneratorActor(StreamsRollouts, ForwardsStopSignals, SavesRandomStates, Ac
         self._load_s += time.perf_counter() - t0
         self._syncs += 1
         self._post_next_receive()
+
+    def _notice_window(self) -> float:
+        """Wall seconds since this rank's previous BatchDone (the window the next one covers)."""
+        now = time.perf_counter()
+        window, self._last_notice = now - self._last_notice, now
+        return window
 
     def _post_next_receive(self) -> None:
         """Post the receives for the version after the one held, ahead of the trainer's push.
@@ -255,6 +264,7 @@ class GeneratorActor(StreamsRollouts, ForwardsStopSignals, SavesRandomStates, Ac
             wait_s=wait_s,
             weight_load_s=self._load_s,
             weight_syncs=self._syncs,
+            window_s=self._notice_window(),
         )
         self._load_s, self._syncs = 0.0, 0
         return True

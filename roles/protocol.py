@@ -45,8 +45,7 @@ Read this module top to bottom to know how a step flows; the roles (``controller
    ``StepDone``. The controller completes that checkpoint and stops everyone with the reason
    ``preempted``; every rank then exits with ``runtime.EXIT_RESUMABLE``.
 
-Rollouts go from role to role; the controller sees only small notices (counts, timings,
-metrics), never a rollout.
+Rollouts go from role to role; the controller sees only small notices, never a rollout.
 """
 
 from __future__ import annotations
@@ -62,7 +61,6 @@ from runtime import Address, Stop, handles
 from transports.codec import message
 
 # --------------------------------------------------------------------------- purposes
-
 # What a batch (and the rollouts sampled from it) is for. Training groups go on to a trainer;
 # evaluation groups come back to the controller as EvalScored and no trainer ever sees them.
 TRAIN, EVAL_GREEDY, EVAL_SAMPLED = "train", "eval_greedy", "eval_sampled"
@@ -145,6 +143,7 @@ class BatchDone:
     # Of generate_s, the share its rows spent finished, waiting for the batch's longest sample
     # (generator.tail_wait_s), in seconds: the gap continuous batching would close.
     tail_wait_s: float = 0.0
+    window_s: float = 0.0  # wall seconds since this rank's previous notice: its busy time fell inside
 
 
 @message
@@ -167,6 +166,7 @@ class Scored:
     length_max: int = 0
     clipped: int = 0  # responses cut at max_new_tokens (finish reason "length")
     zero_advantage_groups: int = 0  # groups whose samples all scored the same
+    window_s: float = 0.0  # wall seconds on its rank since its previous Scored (score_s fell inside)
     episodes: dict[str, float] = field(default_factory=dict)  # sums (roles.episodes.metrics)
     # The generations shown from these groups (logging.samples_per_step; roles.observe.samples):
     # samples.jsonl lines, decoded here because the reward rank has the text.

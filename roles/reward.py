@@ -66,6 +66,7 @@ class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
         self.overlong = overlong
         self._arrived: list[Rollout] = []  # not yet scored, in the order they came
         self._awaiting_slot: dict[int, tuple] = {}  # dynamic sampling: ticket -> scored group, to send on
+        self._last_notice = time.perf_counter()  # the start of the next Scored's window
 
     @handles(SaveState)
     def on_save_state(self, env: Envelope) -> None:
@@ -203,10 +204,16 @@ class RewardActor(ForwardsStopSignals, SavesRandomStates, Actor):
                 length_max=int(max(lengths, default=0)),
                 clipped=clipped,
                 zero_advantage_groups=int(all_equal(r.rewards)),
+                window_s=self._notice_window(),
                 episodes=episode_sums(r.episodes, r.loss_masks or r.response_ids) if r.episodes else {},
                 shown=self._shown(r, texts, results),
             ),
         )
+
+    def _notice_window(self) -> float:
+        now = time.perf_counter()
+        window, self._last_notice = now - self._last_notice, now
+        return window
 
     def _with_episodes(self, r: Rollout, results) -> list:
         """The environment's own rewards added to the scores (an "environment" component), and

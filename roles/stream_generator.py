@@ -206,6 +206,7 @@ class StreamsRollouts:
             self.mailbox.send(self.routes.reward_for(rollout.group_id), rollout)
             tokens[(rollout.step, g.batch.eval_round)] += sum(len(x) for x in rollout.response_ids)
         total = max(sum(tokens.values()), 1)
+        window_s = self._notice_window()
         counts = collections.Counter((g.trained_as[0], g.batch.eval_round) for g in groups)
         for (step, eval_round), n in counts.items():
             share = tokens[(step, eval_round)] / total
@@ -223,6 +224,7 @@ class StreamsRollouts:
                     weight_syncs=self._syncs,
                     eval_round=eval_round,
                     tail_wait_s=self._tail_s * share,
+                    window_s=window_s * share,
                 ),
             )
         self._engine_s = self._tail_s = self._wait_s = self._load_s = 0.0

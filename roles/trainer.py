@@ -97,6 +97,7 @@ class TrainerActor(Actor):
         self.agg_constant = config.loss_agg_constant or rollout.max_new_tokens  # Dr. GRPO's length
         self.buffers: dict[int, list[Rollout]] = collections.defaultdict(list)
         self._collect_started: float | None = None
+        self._last_done = time.perf_counter()  # when the previous StepDone went (window_s)
         self.last_metrics: dict[str, float] = {}
         self.checkpoints = checkpoints
         self.warmup_steps = warmup_steps
@@ -146,6 +147,8 @@ class TrainerActor(Actor):
             with self.spans.span("checkpoint"):
                 self._save(self.checkpoints.partial(self.version))
             metrics["checkpoint_save_s"] = time.perf_counter() - t0
+        now = time.perf_counter()  # the wall seconds this notice covers: its train and push fell inside
+        metrics["window_s"], self._last_done = now - self._last_done, now
         metrics = self.trainers.reduce_metrics(metrics)
         if self.is_leader:
             self.mailbox.send(CONTROLLER, StepDone(step=self.step_index, version=self.version, metrics=metrics))

@@ -15,7 +15,9 @@ from roles.protocol import BatchDone, Routes, Scored, StepDone
 _EPISODE = "episode:"  # the key prefix of the episodes' sums among a step's reward-rank sums
 
 # The reward ranks' per-step counts that add up over their notices.
-_SCORED_SUMS = ("samples", "reward_sum", "correct_sum", "length_sum", "clipped", "groups", "zero_advantage_groups")
+_SCORED_SUMS = (
+    "samples", "reward_sum", "correct_sum", "length_sum", "clipped", "groups", "zero_advantage_groups", "window_s"
+)  # fmt: skip
 
 
 class StepNotices:
@@ -38,6 +40,7 @@ class StepNotices:
         c["gen_tokens"] += m.tokens
         c["batches"] += 1
         c["groups"] += m.groups
+        c["gen_window_s"] += m.window_s
 
     def add_scored(self, m: Scored) -> None:
         c = self.scored[m.step]
@@ -152,21 +155,30 @@ def _dynamic_sampling(gen, scored, trainer: dict) -> dict:
 
 
 def _busy_fractions(r: Routes, gen, scored, trainer: dict, step_s: float) -> dict[str, float]:
-    """Share of each role's rank-time this step spent working on the step's data.
+    """Share of each role's rank-time spent working, over the notices folded into this line.
 
-    Work is attributed to the step whose data it produced, so in asynchronous mode a
-    generator's figure describes batches sampled during the previous step's interval;
-    in steady state the ratio is the same.
+    Each rank reports its busy seconds with the wall seconds they fell in (``window_s``: since
+    its previous notice), so a role's fraction, the sum of the one over the sum of the other,
+    is never above 1 however unevenly steps end. Colocated ranks (no windows) and the trainer
+    without one fall back to the step's interval.
     """
     if step_s <= 0:
         return {}
     train_s = (trainer.get("train_s") or 0.0) + (trainer.get("weight_send_s") or 0.0)
+    gen_busy = gen.get("generate_s", 0.0) + gen.get("weight_load_s", 0.0)
     busy = {
-        r.generate_role: (gen.get("generate_s", 0.0) + gen.get("weight_load_s", 0.0)) / (r.generators * step_s),
-        "reward": scored.get("score_s", 0.0) / (r.rewards * step_s),
+        r.generate_role: _fraction(gen_busy, gen.get("gen_window_s", 0.0), r.generators * step_s),
+        "reward": _fraction(scored.get("score_s", 0.0), scored.get("window_s", 0.0), r.rewards * step_s),
     }
-    busy[r.train_role] = busy.get(r.train_role, 0.0) + train_s / step_s
+    if r.train_role == r.generate_role:  # colocated: generating and training take turns on each rank
+        busy[r.train_role] = (gen_busy / r.generators + train_s) / step_s
+    else:
+        busy[r.train_role] = _fraction(train_s, trainer.get("window_s") or 0.0, step_s)
     return {k: round(v, 4) for k, v in busy.items()}
+
+
+def _fraction(busy: float, window: float, fallback: float) -> float:
+    return busy / window if window > 0 else busy / fallback
 
 
 def summary(history: list[dict], evals: list[dict], data_stats: dict, wall_s: float) -> dict:

@@ -43,6 +43,7 @@ def _check_steps(metrics: list[dict], staleness: int) -> None:
     for m in metrics:
         ds = m["dynamic_sampling"]
         assert m["trainer"]["samples"] == P * N and m["staleness_max"] <= staleness, m["step"]
+        assert all(0 <= v <= 1 + 1e-6 for v in m["busy"].values()), m["busy"]  # uneven steps: still a share
         if not ds["refill_bound_reached"]:  # every all-equal group was dropped: all trained have signal
             assert m["zero_advantage_group_share"] == 0, m["step"]
     assert sum(m["dynamic_sampling"]["filtered_groups"] for m in metrics) >= STEPS * P  # most groups dropped

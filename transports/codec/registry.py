@@ -6,8 +6,8 @@ import dataclasses
 
 # 2: lists of small 1-d arrays travel as one ragged extension; 3: example ids, eval tags;
 # 4: streaming; 5: a critic's per-token advantages on a Rollout; 6: episodes (loss masks);
-# 7: dynamic sampling (a scored group's all-equal flag on GroupReady)
-SCHEMA_VERSION = 7
+# 7: dynamic sampling (a scored group's all-equal flag on GroupReady); 8: notices' windows
+SCHEMA_VERSION = 8
 
 
 class CodecError(ValueError):

@@ -58,6 +58,20 @@ def test_the_dynamic_sampling_block_counts_every_scored_group():
     )  # fmt: skip
 
 
+def test_busy_fractions_are_busy_seconds_over_the_windows_they_fell_in():
+    """A short step interval (0.1 s) after a long batch: over the step's interval the generator
+    would read 20x busy; over its own windows, 2 s of 2.5."""
+    routes = Routes.of({"generator": 2, "reward": 1, "trainer": 1})
+    gen = {"generate_s": 1.8, "weight_load_s": 0.2, "gen_window_s": 2.5}
+    scored = collections.Counter(score_s=0.3, window_s=1.2)
+    m = StepDone(step=3, version=4, metrics={"train_s": 0.5, "weight_send_s": 0.1, "window_s": 0.8})
+    busy = step_record(
+        m, gen, scored, {}, routes=routes, data_stats={}, step_s=0.1,
+        controller={"busy": 0.1, "messages": 3, "elapsed_s": 1.0},
+    )["busy"]  # fmt: skip
+    assert busy == {"generator": 0.8, "reward": 0.25, "trainer": 0.75, "controller": 0.1}
+
+
 def test_summary_means_over_the_first_and_last_ten_steps():
     history = [{"reward_mean": float(i), "correct_mean": None} for i in range(12)]
     s = summary(history, [], {"prompts_too_long": 1}, wall_s=3.0)
