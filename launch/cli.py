@@ -11,6 +11,7 @@ from pathlib import Path
 
 from launch import config, preflight, ranks
 from launch.export_command import add_export
+from launch.init_command import add_init
 from launch.mpi_settings import idle_btl_setting, mpiexec_here
 
 
@@ -282,7 +283,7 @@ def main(argv: list[str] | None = None) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mpirl", description="MPI-native asynchronous RL for LLMs")
     sub = parser.add_subparsers(dest="command", required=True)
-    for add in (_add_check, _add_run, _add_inspecting, add_export):
+    for add in (_add_check, _add_run, _add_inspecting, add_export, add_init):
         add(sub)
     return parser
 
