@@ -260,7 +260,8 @@ class ControllerActor(CoordinatesCheckpoints, HandsOutPartialRollouts, ForwardsS
         )
         self.next_eval_round += 1
         self.eval_rounds[rnd.round] = rnd
-        for fields in rnd.batches(self.eval_prompts, self.batch_prompts, self.evaluation, self.next_eval_group):
+        rows = self.batch_prompts * self.rollout.samples_per_prompt  # a training batch's responses
+        for fields in rnd.batches(self.eval_prompts, rows, self.evaluation, self.next_eval_group):
             self.next_eval_group += len(fields["example_ids"])
             self._send_batch(**fields)
 

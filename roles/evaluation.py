@@ -59,14 +59,17 @@ class EvalRound:
     def done(self) -> bool:
         return len(self.greedy) + len(self.sampled) >= self.expected
 
-    def batches(self, prompts: dict, batch_prompts: int, ev: EvalConfig, first_group: int) -> list[dict]:
+    def batches(self, prompts: dict, batch_rows: int, ev: EvalConfig, first_group: int) -> list[dict]:
         """The ``PromptBatch`` fields of the round's batches: greedy responses, and ``eval.samples``
-        sampled ones, per example, ``batch_prompts`` examples a batch; group ids from ``first_group``."""
+        sampled ones, per example; group ids from ``first_group``. A batch holds about
+        ``batch_rows`` responses, as a training batch does (prompts x samples): sized by prompts,
+        a greedy pass would decode a training batch's prompts one row each, and run several
+        times slower per token on an engine that decodes a batch's rows together."""
         passes = [(EVAL_GREEDY, 1, 0.0)] + ([(EVAL_SAMPLED, ev.samples, ev.temperature)] if ev.samples else [])
         ids, out = self.example_ids, []
-        batches = [(p, start) for p in passes for start in range(0, len(ids), batch_prompts)]
+        batches = [(p, start) for p in passes for start in range(0, len(ids), max(1, batch_rows // p[1]))]
         for index, ((purpose, n, temperature), start) in enumerate(batches):
-            chunk = ids[start : start + batch_prompts]
+            chunk = ids[start : start + max(1, batch_rows // n)]
             out.append(
                 dict(
                     batch_id=protocol.eval_batch_id(self.round, index, len(batches)),
@@ -118,6 +121,9 @@ class EvalRound:
         record["verifier_timeouts"] = sum(m.timeouts for m in everything)
         record["score_s"] = sum(m.score_s for m in everything)
         record["generate_s"] = self.generate_s
+        tokens = sum(n for m in everything for n in m.lengths)
+        record["generated_tokens"] = tokens
+        record["gen_tokens_per_s"] = tokens / self.generate_s if self.generate_s > 0 else None  # generator seconds
         record["eval_s"] = time.perf_counter() - self.started
         return record
 

@@ -393,3 +393,20 @@ def test_evaluating_never_moves_a_training_batchs_seed(tmp_path, base_config):
     again.next_eval_round = 2
     again._start_eval(version=2)
     assert [b.seed for b in mb.batches() if b.purpose != TRAIN] == [b.seed for b in evals if b.eval_round == 2]
+
+
+def test_eval_batches_hold_about_a_training_batchs_responses():
+    """Sized by responses, not prompts: a greedy pass decodes as many rows together as a training
+    batch does (issue 43: by prompts, its batches had one row per prompt and ran slower per token)."""
+    from roles.evaluation import EvalRound
+    from roles.sections.evaluation import EvalConfig
+
+    rnd = EvalRound(0, 0, 0, list(range(10)), samples=4)
+    prompts = {i: np.array([1, 2], np.int32) for i in range(10)}
+    batches = rnd.batches(prompts, batch_rows=8, ev=EvalConfig(every_steps=1, samples=4), first_group=0)
+    greedy = [len(b["example_ids"]) for b in batches if b["purpose"] == EVAL_GREEDY]
+    sampled = [len(b["example_ids"]) for b in batches if b["purpose"] == EVAL_SAMPLED]
+    assert greedy == [8, 2] and sampled == [2] * 5  # 8 rows a batch: 8 prompts x 1, 2 prompts x 4
+    assert len({b["batch_id"] for b in batches}) == len(batches)
+    rows = [len(b["example_ids"]) * b["samples_per_prompt"] for b in batches]
+    assert max(rows) == 8 and sum(rows) == 10 + 40
