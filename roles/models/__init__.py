@@ -167,13 +167,18 @@ def config_int(data: Mapping, name: str) -> int | None:
 
 
 class ModelConfig(Section):
-    path: str  # folder with a Hugging Face causal LM (config, safetensors, tokenizer)
+    # Folder with a Hugging Face causal LM (config, safetensors, tokenizer), or a Hub name
+    # (owner/name[@revision]) found in the local Hugging Face cache: then the snapshot folder.
+    path: str
     dtype: Dtype = "float32"  # the policy's parameter dtype (trainers and generators)
     lora: LoraConfig | None = None  # train LoRA adapters on a frozen base (roles.models.lora)
 
     @field_validator("path")
     @classmethod
     def _exists(cls, v: str) -> str:
+        from roles.hub_cache import model_folder
+
+        v = model_folder(v)  # a Hub name becomes its cached snapshot: what every rank loads
         p = Path(v)
         try:
             if not p.is_dir():

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from roles.sections.base import Section
 
@@ -14,7 +14,7 @@ from roles.sections.base import Section
 class CriticConfig(Section):
     # The value model's starting weights: a Hugging Face folder of the policy's architecture
     # (a value model saved by mpirl export, or a causal LM whose head is replaced by a fresh
-    # scalar one). None: model.path.
+    # scalar one), or a Hub name (owner/name[@revision]) in the local cache. None: model.path.
     path: str | None = None
     dtype: Literal["float32", "bfloat16", "float16"] | None = None  # None: model.dtype
     lr: float = Field(1.0e-5, gt=0)  # AdamW learning rate of the value model
@@ -28,3 +28,10 @@ class CriticConfig(Section):
     # Steps at the start on which only the critic learns: the policy's update is not applied
     # (its weights stay those of model.path) while the values settle (slime's critic-only steps).
     warmup_steps: int = Field(0, ge=0)
+
+    @field_validator("path")
+    @classmethod
+    def _hub_name(cls, v: str | None) -> str | None:
+        from roles.hub_cache import model_folder
+
+        return None if v is None else model_folder(v)  # the folder checks are the role map's

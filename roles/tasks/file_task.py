@@ -24,6 +24,7 @@ from typing import Annotated, Any
 import numpy as np
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
+from roles import hub_cache
 from roles.tasks import files
 from roles.tasks.base import Example, Task, TaskConfig, TaskDataError
 
@@ -41,9 +42,22 @@ def _checked_path(path: str) -> str:
 DataPath = Annotated[str, AfterValidator(_checked_path)]
 
 
+def _hub_files(i: int, item: Any) -> list[Any]:
+    """Item ``i`` of a files field: a ``hf://datasets/...`` URI becomes the cached files it
+    names (roles.hub_cache); anything else stays, for the item's own checks."""
+    if not isinstance(item, str):
+        return [item]
+    try:
+        return hub_cache.data_files(item)
+    except ValueError as e:
+        raise ValueError(f"[{i}] {e}") from None
+
+
 class FileTaskConfig(TaskConfig):
     """Options of tasks read from local files (relative paths are taken from the directory
-    the job starts in). Formats: .jsonl, .json, .parquet, or a ``save_to_disk`` folder."""
+    the job starts in). Formats: .jsonl, .json, .parquet, or a ``save_to_disk`` folder. A file
+    may be named on the Hub, ``hf://datasets/owner/name[@revision]/<path or pattern>``: the
+    files of the dataset's cached snapshot it matches, in path order (``roles.hub_cache``)."""
 
     # The train split's files, read in this order (a single path means a list of one).
     train_files: list[DataPath] = Field(min_length=1)
@@ -61,7 +75,10 @@ class FileTaskConfig(TaskConfig):
     @field_validator("train_files", "eval_files", mode="before")
     @classmethod
     def _one_path(cls, v: Any) -> Any:
-        return [v] if isinstance(v, str) else v
+        v = [v] if isinstance(v, str) else v
+        if not isinstance(v, list):
+            return v  # pydantic says what the field wants
+        return [f for i, item in enumerate(v) for f in _hub_files(i, item)]
 
     @model_validator(mode="after")
     def _one_eval_source(self) -> FileTaskConfig:

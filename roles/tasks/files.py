@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from roles import hub_cache
 from roles.sections.base import shortened_path
 from roles.tasks.base import TaskDataError
 
@@ -91,7 +92,7 @@ def _missing_hint(path: str | Path, p: Path) -> str:
         where += "; '~' is not expanded here: write the full path"
     elif any(c in str(path) for c in "*?["):
         where += "; patterns are not expanded: list each file"
-    return where
+    return where + hub_cache.bare_dataset_hint(str(path))
 
 
 def _check_saved_folder(p: Path, path: str | Path, field: str | None) -> None:

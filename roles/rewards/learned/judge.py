@@ -31,7 +31,9 @@ from roles.rewards.learned.judge_prompt import check_parse_rule, check_template,
 
 
 class JudgeConfig(LearnedConfig):
-    path: str  # a local Hugging Face folder: a *ForCausalLM model with its tokenizer
+    # A local Hugging Face folder, or a Hub name (owner/name[@revision]) in the local cache:
+    # a *ForCausalLM model with its tokenizer.
+    path: str
     engine: Literal["torch", "vllm"] = "torch"  # the generators' engine classes; vllm for GPUs
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # the judge's own precision
     # torch engine: auto = the rank's GPU when it has one, else CPU. vLLM takes its platform's device.
@@ -57,6 +59,9 @@ class JudgeConfig(LearnedConfig):
     @field_validator("path")
     @classmethod
     def _a_causal_lm(cls, path: str) -> str:
+        from roles.hub_cache import model_folder
+
+        path = model_folder(path)
         check_causal_lm_folder(path)
         return path
 

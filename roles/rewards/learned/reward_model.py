@@ -24,7 +24,9 @@ log = logging.getLogger(__name__)
 
 
 class RewardModelConfig(LearnedConfig):
-    path: str  # a local Hugging Face folder: a *ForSequenceClassification model with one label
+    # A local Hugging Face folder, or a Hub name (owner/name[@revision]) in the local cache:
+    # a *ForSequenceClassification model with one label.
+    path: str
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"  # the reward model's own precision
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: the rank's GPU when it has one, else CPU
     # Tokens (after its chat template) a conversation may have; longer ones keep their end and
@@ -37,6 +39,9 @@ class RewardModelConfig(LearnedConfig):
     @field_validator("path")
     @classmethod
     def _a_reward_model(cls, path: str) -> str:
+        from roles.hub_cache import model_folder
+
+        path = model_folder(path)
         check_reward_model_folder(path)
         return path
 
