@@ -155,13 +155,13 @@ def role_map_sections(args, m: Machine, task: str, reward: tuple[str, bool]) -> 
     from roles.models import config_int, read_lm_config
 
     lay = layout(m)
-    context = config_int(read_lm_config(args.model), "max_position_embeddings")
+    context = config_int(read_lm_config(args.model_folder), "max_position_embeddings")
     cpu_tokens, gpu_tokens = RESPONSE_TOKENS.get(task, (128, 512))
     new_tokens = gpu_tokens if m.gpus else cpu_tokens
     why_tokens = "the response length cap"
     if context is not None and new_tokens > context // 2:
         new_tokens, why_tokens = max(1, context // 2), f"half the model's context ({context} tokens)"
-    params = model_shape(args.model).params
+    params = model_shape(args.model_folder).params
     gpu = m.gpus > 0
     training = _training(task, m, lay, params, ("max_new_tokens", new_tokens, why_tokens))
     has_eval = task == "arith" or bool(args.eval_files)
@@ -169,7 +169,7 @@ def role_map_sections(args, m: Machine, task: str, reward: tuple[str, bool]) -> 
     sections = {
         "world": _world(m, lay),
         "model": [
-            ("path", args.model, "a Hugging Face model folder (config, safetensors, tokenizer)"),
+            ("path", args.model, "a Hugging Face model folder, or a Hub name in the local cache"),
             ("dtype", "bfloat16", "GPUs train and generate in bfloat16")
             if gpu
             else ("dtype", "float32", "float32 on CPU: bfloat16 is slow on most CPUs"),
@@ -244,12 +244,18 @@ def _check_arguments(args) -> None:
         raise InitRefused(f"{args.out!r} is a folder: give the role-map file to write (e.g. {args.out}/run.yaml)")
     if out.exists() and not args.force:
         raise InitRefused(f"{args.out!r} exists: choose another name, or pass --force to write over it")
-    model = Path(args.model)
+    from roles.hub_cache import model_folder
+
+    try:
+        args.model_folder = model_folder(args.model)  # a Hub name: its snapshot in the local cache
+    except ValueError as e:
+        raise InitRefused(f"--model: {e}") from None
+    model = Path(args.model_folder)
     try:
         if not model.is_dir():
             raise InitRefused(
-                f"--model {args.model!r}: no model folder there; give the folder of a Hugging Face model "
-                "(a Hub name: download it first, e.g. hf download NAME --local-dir DIR, and give DIR)"
+                f"--model {args.model!r}: no model folder there and no such Hub name; give the folder of "
+                "a Hugging Face model, or a Hub name downloaded into the local cache (hf download NAME)"
             )
         if not (model / "config.json").is_file():
             raise InitRefused(f"--model {args.model!r}: not a Hugging Face model folder (no config.json)")

@@ -182,3 +182,20 @@ def test_what_cannot_make_a_file_is_refused(dummy_model, tmp_path, capsys, monke
     err = refused(capsys, "x.yaml", "--model", dummy_model, "--gpus", "0", *args)
     assert said in err
     assert not (tmp_path / "x.yaml").exists()
+
+
+def test_a_hub_name_in_the_local_cache_is_written_as_the_name(dummy_model, tmp_path, capsys, monkeypatch):
+    from huggingface_hub import constants
+
+    from support.hub_cache import cache_repo, folder_files
+
+    cache = tmp_path / "hub"
+    cache.mkdir()
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    cache_repo(cache, "tiny/starter", folder_files(dummy_model))
+    out = tmp_path / "hub.yaml"
+    code, _, err = init(capsys, out, "tiny/starter", "--task", "arith", "--gpus", "0")
+    assert code == 0, err
+    assert "path: tiny/starter" in out.read_text()
+    code, _, err = init(capsys, tmp_path / "missing.yaml", "nobody/absent", "--task", "arith", "--gpus", "0")
+    assert code == 2 and "nobody/absent" in err and not (tmp_path / "missing.yaml").exists()
