@@ -86,3 +86,19 @@ def test_a_vllm_generator_takes_the_adapters_merged_into_its_base(tmp_path, sft_
     assert [m["weight_sync_bytes"] for m in metrics[:-1]] == [_adapter_bytes(sft_model)] * (STEPS - 1)
     gaps = [m["trainer"]["logp_mismatch_max"] for m in metrics if m["trainer"].get("trained_tokens")]
     assert gaps and max(gaps) < 1e-3, gaps  # vLLM's CPU kernels against torch's, float32
+
+    # The saved policy (the merged model, a plain Hugging Face folder) is what vLLM loads.
+    import numpy as np
+    from transformers import AutoModelForCausalLM
+
+    from roles.algorithm.logprobs import response_logprobs
+    from roles.engines.base import SamplingConfig
+    from roles.engines.vllm_engine import VllmEngine
+
+    engine = VllmEngine(VllmEngine.Config(model=str(tmp_path / "policy"), kv_cache_gib=0.25, max_num_seqs=8, seed=0))
+    prompt = np.array([1, 5, 7, 3], np.int32)
+    (samples,) = engine.generate([prompt], 2, SamplingConfig(temperature=1.0, max_new_tokens=6, seed=0))
+    merged = AutoModelForCausalLM.from_pretrained(str(tmp_path / "policy"), dtype=torch.float32)
+    logp, _ = response_logprobs(merged, [prompt] * 2, [s.response_ids for s in samples], 1.0)
+    for row, s in enumerate(samples):
+        assert np.allclose(logp[row, : len(s.response_ids)].detach().numpy(), s.logprobs, atol=1e-3)
