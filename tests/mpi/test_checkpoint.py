@@ -15,25 +15,11 @@ import traceback
 import pytest
 import torch
 
+from support.tiny_models import tiny_llama
+
 pytestmark = [pytest.mark.mpi(min_size=4), pytest.mark.timeout(180)]
 
 TRAINERS, SINGLE, RESHARD = (0, 1), 2, 3
-
-
-def tiny_llama(seed=0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(
-        vocab_size=37,
-        hidden_size=24,
-        intermediate_size=45,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-    )
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(cfg)
 
 
 def adamw(model):

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from support.tiny_models import tiny_llama
+from support.trainers import make_trainer, random_group
 
 pytestmark = [pytest.mark.mpi(min_size=3), pytest.mark.timeout(120)]
 
@@ -88,16 +89,10 @@ def test_trainers_skip_all_equal_groups_without_losing_step(base_config, layout)
     yet must join every collective (FSDP's, or the replicas' gradient all-reduce, and the
     metrics' all-reduce), and the update must be the one a single trainer makes on all the
     groups without skipping. ``replicas`` is the colocated mode's layout."""
-    import copy
-    from types import SimpleNamespace
-
     import numpy as np
     from mpi4py import MPI
 
-    from launch import config
     from roles.policy.sharding import full_state, shard_model
-    from roles.protocol import Rollout
-    from roles.trainer import TrainerActor
     from transports.torch_dist import init_torch_distributed, new_group
 
     torch.set_num_threads(1)
@@ -109,23 +104,7 @@ def test_trainers_skip_all_equal_groups_without_losing_step(base_config, layout)
     rng = np.random.default_rng(0)
 
     def groups(rewards_per_group):
-        out = []
-        for i, rewards in enumerate(rewards_per_group):
-            lens = rng.integers(1, 6, len(rewards))
-            out.append(
-                Rollout(
-                    example_id=i,
-                    group_id=i,
-                    step=0,
-                    prompt_ids=rng.integers(3, 37, 4).astype(np.int32),
-                    response_ids=[rng.integers(3, 37, n).astype(np.int32) for n in lens],
-                    logprobs=[(-rng.random(n) * 2).astype(np.float32) for n in lens],
-                    finish_reasons=["stop"] * len(rewards),
-                    policy_version=0,
-                    rewards=list(rewards),
-                )
-            )
-        return out
+        return [random_group(rng, i, rng.integers(1, 6, len(r)), r, vocab=37) for i, r in enumerate(rewards_per_group)]
 
     # Trainer 0's share has three groups with signal (two micro-batches of 4 samples each);
     # trainer 1's share is all-equal. The reference trains on both shares at once.
@@ -135,24 +114,11 @@ def test_trainers_skip_all_equal_groups_without_losing_step(base_config, layout)
     }
 
     def trainer(model, skip, n_trainers, dp_group, replicas=False, micro_batch=4):
-        raw = copy.deepcopy(base_config)
-        raw["world"]["trainer"] = n_trainers
-        raw["rollout"]["prompts_per_step"] = 6
-        raw["algorithm"].update({"skip_zero_advantage": skip, "micro_batch": micro_batch, "lr": 1e-2})
-        table = SimpleNamespace(rank=rank, role="trainer", index=0, size=lambda role: 0)
-        policy = SimpleNamespace(model=model, local_params=lambda: [])
-        cfg = config.parse(raw)
-        return TrainerActor(
-            SimpleNamespace(role_table=table),
-            cfg.algorithm,
-            rollout=cfg.rollout,
-            schedule=cfg.schedule(),
-            routes=cfg.routes(),
-            policy=policy,
-            sender=None,
-            dp_group=dp_group,
-            allreduce_grads=replicas,
-        )
+        return make_trainer(
+            base_config, model, rank=rank, dp_group=dp_group, replicas=replicas,
+            sections={"world": {"trainer": n_trainers}, "rollout": {"prompts_per_step": 6}},
+            skip_zero_advantage=skip, micro_batch=micro_batch, lr=1e-2,
+        )  # fmt: skip
 
     result, err = None, None
     try:

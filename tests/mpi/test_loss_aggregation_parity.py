@@ -8,15 +8,14 @@ them. Whatever the aggregation divides by (tokens, sequences, a constant), the s
 the same: the sharded weights equal the reference's within float tolerance.
 """
 
-import copy
 import traceback
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 
 from support.tiny_models import tiny_llama
+from support.trainers import make_trainer, random_group
 
 pytestmark = [pytest.mark.mpi(min_size=3), pytest.mark.timeout(180)]
 
@@ -24,34 +23,17 @@ TRAINERS, REFERENCE = (0, 1), 2
 
 
 def _groups(seed: int, lengths: list[list[int]]):
-    from roles.protocol import Rollout
-
     rng = np.random.default_rng(seed)
-    out = []
-    for i, lens in enumerate(lengths):
-        out.append(
-            Rollout(
-                example_id=i,
-                group_id=i,
-                step=0,
-                prompt_ids=rng.integers(3, 37, 4).astype(np.int32),
-                response_ids=[rng.integers(3, 37, n).astype(np.int32) for n in lens],
-                logprobs=[(-rng.random(n) * 2).astype(np.float32) for n in lens],
-                finish_reasons=["stop"] * len(lens),
-                policy_version=0,
-                rewards=[float(k % 2) for k in range(len(lens))],
-            )
-        )
-    return out
+    return [
+        random_group(rng, i, lens, [float(k % 2) for k in range(len(lens))], vocab=37) for i, lens in enumerate(lengths)
+    ]
 
 
 @pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean_token_sum", "seq_mean_token_mean", "constant"])
 def test_two_sharded_trainers_make_the_one_trainer_update(base_config, loss_agg):
     from mpi4py import MPI
 
-    from launch import config
     from roles.policy.sharding import full_state, shard_model
-    from roles.trainer import TrainerActor
     from transports.torch_dist import init_torch_distributed, new_group
 
     torch.set_num_threads(1)
@@ -63,22 +45,12 @@ def test_two_sharded_trainers_make_the_one_trainer_update(base_config, loss_agg)
     share = {0: _groups(0, [[1, 2, 3, 2], [2, 1, 1, 3]]), 1: _groups(1, [[6, 9, 7, 8], [9, 5, 8, 6]])}
 
     def trainer(model, n_trainers, dp_group):
-        raw = copy.deepcopy(base_config)
-        raw["world"]["trainer"] = n_trainers
-        raw["rollout"].update({"prompts_per_step": 4, "samples_per_prompt": 4, "max_new_tokens": 12})
-        raw["algorithm"].update({"loss": "grpo", "loss_agg": loss_agg, "micro_batch": 3, "lr": 1e-2})
-        table = SimpleNamespace(rank=rank, role="trainer", index=0, size=lambda role: 0)
-        cfg = config.parse(raw)
-        return TrainerActor(
-            SimpleNamespace(role_table=table),
-            cfg.algorithm,
-            rollout=cfg.rollout,
-            schedule=cfg.schedule(),
-            routes=cfg.routes(),
-            policy=SimpleNamespace(model=model, local_params=lambda: []),
-            sender=None,
-            dp_group=dp_group,
-        )
+        rollout = {"prompts_per_step": 4, "samples_per_prompt": 4, "max_new_tokens": 12}
+        return make_trainer(
+            base_config, model, rank=rank, dp_group=dp_group,
+            sections={"world": {"trainer": n_trainers}, "rollout": rollout},
+            loss="grpo", loss_agg=loss_agg, micro_batch=3, lr=1e-2,
+        )  # fmt: skip
 
     result, err = None, None
     try:

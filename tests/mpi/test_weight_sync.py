@@ -14,6 +14,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from support.tiny_models import tiny_llama as support_tiny_llama
+
 pytestmark = [pytest.mark.mpi(min_size=4), pytest.mark.timeout(120)]
 
 TRAINERS, GENERATORS = (0, 1), (2, 3)
@@ -35,21 +37,8 @@ def world():
 
 
 def tiny_llama(dtype, seed=0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     # Odd sizes on purpose: vocab 37 and MLP width 45 do not split evenly over 2 trainers.
-    cfg = LlamaConfig(
-        vocab_size=37,
-        hidden_size=24,
-        intermediate_size=45,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-    )
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(cfg).to(dtype)
+    return support_tiny_llama(seed).to(dtype)
 
 
 def run_everywhere(world, fn):

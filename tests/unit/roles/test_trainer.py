@@ -8,77 +8,27 @@ as training on every group.
 
 from __future__ import annotations
 
-import copy
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import torch
 
-from launch import config
-from roles.protocol import Rollout
 from roles.trainer import TrainerActor
-
-
-class _Table:
-    rank, role, index = 0, "trainer", 0
-
-    def size(self, role):
-        return 0
+from support.tiny_models import small_llama
+from support.trainers import make_trainer, random_group
 
 
 def _trainer(base_config, model, skip: bool, micro_batch: int = 4, reference=None) -> TrainerActor:
-    raw = copy.deepcopy(base_config)
-    raw["algorithm"].update({"skip_zero_advantage": skip, "micro_batch": micro_batch, "lr": 1e-2})
-    cfg = config.parse(raw)
-    policy = SimpleNamespace(model=model, local_params=lambda: [], reference=reference)
-    return TrainerActor(
-        SimpleNamespace(role_table=_Table()),
-        cfg.algorithm,
-        rollout=cfg.rollout,
-        schedule=cfg.schedule(),
-        routes=cfg.routes(),
-        policy=policy,
-        sender=None,
+    return make_trainer(
+        base_config, model, reference=reference, skip_zero_advantage=skip, micro_batch=micro_batch, lr=1e-2
     )
 
 
-def _tiny_llama(seed=0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(
-        LlamaConfig(
-            vocab_size=17,
-            hidden_size=16,
-            intermediate_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=2,
-            max_position_embeddings=32,
-        )
-    )
+_tiny_llama = small_llama
 
 
 def _groups(rewards_per_group, seed=0):
     rng = np.random.default_rng(seed)
-    out = []
-    for i, rewards in enumerate(rewards_per_group):
-        lens = rng.integers(1, 6, len(rewards))
-        out.append(
-            Rollout(
-                example_id=i,
-                group_id=i,
-                step=0,
-                prompt_ids=rng.integers(3, 17, 4).astype(np.int32),
-                response_ids=[rng.integers(3, 17, n).astype(np.int32) for n in lens],
-                logprobs=[(-rng.random(n) * 2).astype(np.float32) for n in lens],
-                finish_reasons=["stop"] * len(rewards),
-                policy_version=0,
-                rewards=list(rewards),
-            )
-        )
-    return out
+    return [random_group(rng, i, rng.integers(1, 6, len(r)), r, vocab=17) for i, r in enumerate(rewards_per_group)]
 
 
 MIXED = [[1, 0, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0], [0.5, 0.5, 0.5, 0.5], [0, 1, 1, 1]]
@@ -162,19 +112,8 @@ class _RecordingSender:
 @pytest.mark.parametrize("copy_out", [False, True])
 def test_update_waits_for_sends_that_read_the_parameters(base_config, copy_out):
     # copy=False sends from the parameters themselves: optimizer.step() must wait for them
-    raw = copy.deepcopy(base_config)
-    cfg = config.parse(raw)
     sender = _RecordingSender(copy_out)
-    policy = SimpleNamespace(model=_tiny_llama(), local_params=lambda: [], reference=None)
-    trainer = TrainerActor(
-        SimpleNamespace(role_table=_Table()),
-        cfg.algorithm,
-        rollout=cfg.rollout,
-        schedule=cfg.schedule(),
-        routes=cfg.routes(),
-        policy=policy,
-        sender=sender,
-    )
+    trainer = make_trainer(base_config, _tiny_llama(), sender=sender)
     trainer.train_on(_groups([[1, 0, 1, 0]]))
     assert sender.waits == (0 if copy_out else 1)
 

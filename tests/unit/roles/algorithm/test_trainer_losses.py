@@ -3,49 +3,22 @@ the step's gradient whatever the micro-batching; every option trains."""
 
 from __future__ import annotations
 
-import copy
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 import torch
 
-from launch import config
-from roles.protocol import Rollout
 from roles.trainer import TrainerActor
+from support.tiny_models import small_llama
+from support.trainers import make_trainer, random_group
 
 pytestmark = pytest.mark.timeout(120)
 
 
-class _Table:
-    rank, role, index = 0, "trainer", 0
-
-    def size(self, role):
-        return 0
-
-
-def _tiny_llama(seed=0):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    sizes = dict(vocab_size=17, hidden_size=16, intermediate_size=32, max_position_embeddings=32)
-    return LlamaForCausalLM(LlamaConfig(**sizes, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2))
+_tiny_llama = small_llama
 
 
 def _trainer(base_config, model, reference=None, **algorithm) -> TrainerActor:
-    raw = copy.deepcopy(base_config)
-    raw["algorithm"].update({"lr": 1e-2, "grad_clip": 0.0, **algorithm})
-    cfg = config.parse(raw)
-    policy = SimpleNamespace(model=model, local_params=lambda: [], reference=reference)
-    return TrainerActor(
-        SimpleNamespace(role_table=_Table()),
-        cfg.algorithm,
-        rollout=cfg.rollout,
-        schedule=cfg.schedule(),
-        routes=cfg.routes(),
-        policy=policy,
-        sender=None,
-    )
+    return make_trainer(base_config, model, reference=reference, **{"lr": 1e-2, "grad_clip": 0.0, **algorithm})
 
 
 def _groups(seed=0, version=0):
@@ -53,14 +26,7 @@ def _groups(seed=0, version=0):
     out = []
     for i, rewards in enumerate([[1, 0, 1, 0], [1, 1, 1, 1], [0, 1, 1, 1]]):
         lens = rng.integers(1, 7, len(rewards))
-        out.append(
-            Rollout(
-                example_id=i, group_id=i, step=0, prompt_ids=rng.integers(3, 17, 4).astype(np.int32),
-                response_ids=[rng.integers(3, 17, n).astype(np.int32) for n in lens],
-                logprobs=[(-rng.random(n) * 2).astype(np.float32) for n in lens],
-                finish_reasons=["stop"] * len(rewards), policy_version=version, rewards=list(rewards),
-            )
-        )  # fmt: skip
+        out.append(random_group(rng, i, lens, rewards, vocab=17, version=version))
     return out
 
 
