@@ -6,15 +6,9 @@ from __future__ import annotations
 import pytest
 
 from launch import config
-from launch.config import ConfigError
+from support.role_maps import config_error
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _error(raw: dict) -> str:
-    with pytest.raises(ConfigError) as info:
-        config.parse(raw, "roles.yaml")
-    return str(info.value)
 
 
 def test_lora_parses_with_its_defaults(base_config):
@@ -30,12 +24,12 @@ def test_lora_parses_with_its_defaults(base_config):
 )  # fmt: skip
 def test_bad_values_are_named(base_config, lora, named):
     base_config["model"]["lora"] = lora
-    assert named in _error(base_config)
+    assert named in config_error(base_config)
 
 
 def test_target_modules_matching_nothing_are_named_with_the_modules_there(base_config):
     base_config["model"]["lora"] = {"target_modules": ["q_proj", "query"]}
-    text = _error(base_config)
+    text = config_error(base_config)
     assert "lora.target_modules: 'query' match no module of the model" in text and "q_proj" in text
 
 
@@ -47,4 +41,4 @@ def test_target_modules_matching_nothing_are_named_with_the_modules_there(base_c
 def test_generators_that_cannot_take_adapters_are_refused(base_config, generator, named):
     base_config["model"]["lora"] = {"rank": 4}
     base_config["world"]["generator"] = generator
-    assert named in _error(base_config)
+    assert named in config_error(base_config)

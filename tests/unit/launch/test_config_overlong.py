@@ -7,15 +7,9 @@ import pytest
 
 from launch import config
 from launch.combinations import overlong_max_length
-from launch.config import ConfigError
+from support.role_maps import config_error
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def _error(raw: dict) -> str:
-    with pytest.raises(ConfigError) as info:
-        config.parse(raw, "roles.yaml")
-    return str(info.value)
 
 
 def test_the_penalty_ramps_up_to_max_new_tokens_by_default(base_config):
@@ -41,7 +35,9 @@ def test_an_episode_ramps_up_to_its_token_budget(base_config):
 
 def test_a_buffer_longer_than_the_longest_response_is_named(base_config):
     base_config["reward"] = {"overlong": {"buffer": 5}}
-    assert "reward.overlong.buffer (5) exceeds the longest response (4, rollout.max_new_tokens)" in _error(base_config)
+    assert "reward.overlong.buffer (5) exceeds the longest response (4, rollout.max_new_tokens)" in config_error(
+        base_config
+    )
 
 
 @pytest.mark.parametrize(
@@ -51,4 +47,4 @@ def test_a_buffer_longer_than_the_longest_response_is_named(base_config):
 )  # fmt: skip
 def test_bad_penalty_settings_are_named(base_config, overlong, named):
     base_config["reward"] = {"overlong": overlong}
-    assert named in _error(base_config)
+    assert named in config_error(base_config)
