@@ -224,6 +224,12 @@ class TrainerActor(Actor):
             metrics["loss"] = tally.loss_sum / total * tokens / max(batch.tokens, 1)
         return {**metrics, **version_figures(groups, self.version)}
 
+    def _lockstep_starts(self, rows: int) -> list[int | None]:
+        """The first row of each of this rank's micro-batches, then None for each pass it must
+        still run (with zero weight) so that every trainer runs as many: FSDP's collectives pair up."""
+        starts = list(range(0, rows, self.config.micro_batch))
+        return starts + [None] * (self.trainers.most(len(starts)) - len(starts))
+
     @torch.no_grad()
     def _kl_penalties(self, groups: list[Rollout]) -> list[np.ndarray]:
         """Per group, each sample's ``kl_coef x sum_t k(log ref - log mu)`` over its trained
@@ -231,9 +237,8 @@ class TrainerActor(Actor):
         run in step with the other trainers (the reference is sharded like the policy)."""
         rows = [(g.prompt_ids, ids, lp, m) for g in groups for ids, lp, m in _samples(g)]
         mb = self.config.micro_batch
-        starts = list(range(0, len(rows), mb))
         sums: list[float] = []
-        for start in starts + [None] * (self.trainers.most(len(starts)) - len(starts)):
+        for start in self._lockstep_starts(len(rows)):
             LOOP.tick()
             chunk = rows[start : start + mb] if start is not None else rows[:1]  # a filler: run, not counted
             prompts, responses, mus, masks = zip(*chunk)
@@ -253,8 +258,7 @@ class TrainerActor(Actor):
         """Every micro-batch's loss and backward pass; their gradients add up."""
         tally = Tally()
         mb = self.config.micro_batch
-        starts = list(range(0, len(batch.responses), mb))
-        for start in starts + [None] * (self.trainers.most(len(starts)) - len(starts)):
+        for start in self._lockstep_starts(len(batch.responses)):
             LOOP.tick()  # each micro-batch is progress (runtime.liveness)
             if start is None:
                 # This rank has run out of samples while another trainer still has some: a

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 
 import torch
 
-from roles.models.lora import ADAPTER, LoraConfig
+from roles.models.lora import ADAPTER, LoraConfig, merged_weight
 
 
 class MergedAdapters:
@@ -41,7 +41,5 @@ class MergedAdapters:
         for module, ab in pairs.items():
             if set(ab) != {"A", "B"}:
                 raise KeyError(f"{module}: lora_A and lora_B come together, got only lora_{''.join(ab)}")
-            w = self.base[f"{module}.weight"]
-            delta = self.config.scale * (ab["B"].float() @ ab["A"].float())
-            out[f"{module}.weight"] = (w.float() + delta).to(w.dtype)
+            out[f"{module}.weight"] = merged_weight(self.base[f"{module}.weight"], ab["A"], ab["B"], self.config.scale)
         return list(out.items())

@@ -107,11 +107,15 @@ def merged_state(state: dict, config: LoraConfig) -> dict:
             continue
         module, _, leaf = name.rpartition(".base_layer.")
         if leaf == "weight":
-            a = state[f"{module}.lora_A.{ADAPTER}.weight"].float()
-            b = state[f"{module}.lora_B.{ADAPTER}.weight"].float()
-            tensor = (tensor.float() + config.scale * (b @ a)).to(tensor.dtype)
+            a, b = state[f"{module}.lora_A.{ADAPTER}.weight"], state[f"{module}.lora_B.{ADAPTER}.weight"]
+            tensor = merged_weight(tensor, a, b, config.scale)
         out[f"{module}.{leaf}"] = tensor
     return out
+
+
+def merged_weight(w, a, b, scale: float):
+    """``W + scale x B @ A`` in float32, back in ``W``'s dtype: PEFT's merge of one layer."""
+    return (w.float() + scale * (b.float() @ a.float())).to(w.dtype)
 
 
 def adapter_state(state: dict) -> dict:
