@@ -1,7 +1,9 @@
-"""Compile the mailbox's C path next to its sources: the transport (transports/fast_transport.pyx)
+"""Compile the mailbox's C path for the MPI that mpi4py loads: the transport (transports/fast_transport.pyx)
 with its buffer pool (fast_buffers.pyx), the plain-message codec (fast_codec.pyx) and the
 mailbox's send and poll (runtime/fast_mailbox.pyx), which calls the transport and the codec in
-C. They are built together (transports/choose.py lists them) and used only together.
+C. They are built together (transports/choose.py lists them) and used only together, into
+the loaded MPI's own folder (``transports/built/open-mpi``, ``transports/built/mpich``, ...), so
+a source tree can serve environments on different MPIs.
 
     python -m transports.build [--quiet]
 
@@ -27,9 +29,8 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-# Written beside the module: which MPI it was compiled against, read before it is imported
-# (importing a module linked to another MPI library than the loaded one would mix the two).
-BUILD_INFO = HERE / "fast_transport.json"
+# Where builds went before they had a folder per MPI: found first on import, so removed.
+_OLD_LAYOUT = ("transports/fast_*.so", "runtime/fast_mailbox*.so", "transports/fast_transport.json")
 
 
 class BuildError(Exception):
@@ -69,12 +70,13 @@ def build(quiet: bool = False) -> list[Path]:
         raise BuildError(f"Cython and setuptools are needed ({e})") from None
     from mpi4py import MPI
 
-    from transports.choose import MODULES, source_digest
+    from transports.choose import MODULES, build_folder, source_digest
 
     digest = source_digest()  # of the source as it is compiled, not as it may be by the end
     mpicc = find_mpicc()
     includes, links = compile_flags(mpicc)
     vendor = MPI.get_vendor()[0]
+    folder = build_folder(vendor)
     root = HERE.parent
     # Each against the MPI's mpi.h: the mailbox path cimports the transport's class, MPI fields included.
     exts = [
@@ -94,7 +96,8 @@ def build(quiet: bool = False) -> list[Path]:
             modules = cythonize(exts, quiet=quiet, compiler_directives={"language_level": 3}, build_dir=tmp)
             dist = Distribution({"name": "mpirl-fast-transport", "ext_modules": modules})
             cmd = dist.get_command_obj("build_ext")
-            cmd.inplace = True
+            cmd.inplace = False
+            cmd.build_lib = str(folder)
             cmd.build_temp = tmp
             dist.run_command("build_ext")
             built = [Path(cmd.get_ext_fullpath(name)).resolve() for name in MODULES]
@@ -102,8 +105,13 @@ def build(quiet: bool = False) -> list[Path]:
             raise BuildError(f"{type(e).__name__}: {e}") from None
         finally:
             os.chdir(cwd)
+    # Which MPI it was compiled against, read before it is imported (importing a module linked
+    # to another MPI library than the loaded one would mix the two).
     info = {"mpi": vendor, "source": digest, "mpicc": mpicc, "python": sysconfig.get_python_version()}
-    BUILD_INFO.write_text(json.dumps(info) + "\n")
+    (folder / "build.json").write_text(json.dumps(info) + "\n")
+    for pattern in _OLD_LAYOUT:
+        for old in root.glob(pattern):
+            old.unlink()
     return built
 
 

@@ -7,6 +7,11 @@ with it (its buffer pool, the plain-message codec and the mailbox's compiled sen
 compiled one is used when it was built and is built for the MPI that mpi4py loaded;
 ``MPIRL_TRANSPORT=python`` asks for the Python one, ``=compiled`` makes its absence an error
 (for the tests and benchmarks that measure it).
+
+Each MPI family gets its own build folder (``transports/built/<mpi>/``, with its record
+``build.json``), so environments on Open MPI and on MPICH can share one source tree: the
+folder of the loaded MPI joins the ``transports`` and ``runtime`` packages' search paths just
+before the modules are imported.
 """
 
 from __future__ import annotations
@@ -15,13 +20,14 @@ import functools
 import hashlib
 import json
 import os
+import re
 from pathlib import Path
 
 from transports.mpi_transport import MPITransport
 
 ENV = "MPIRL_TRANSPORT"
 _HERE = Path(__file__).resolve().parent
-_BUILD_INFO = _HERE / "fast_transport.json"
+BUILT = _HERE / "built"  # one folder per MPI family (build_folder)
 # The compiled modules, built together (transports/build.py), and every source file they are
 # compiled from, relative to the repository's root.
 MODULES = ("transports.fast_buffers", "transports.fast_transport", "transports.fast_codec", "runtime.fast_mailbox")
@@ -48,24 +54,42 @@ class TransportUnavailable(RuntimeError):
     pass
 
 
+def build_folder(vendor: str) -> Path:
+    """Where the build for this MPI (``MPI.get_vendor()[0]``) lives: ``built/open-mpi``, ``built/mpich``."""
+    return BUILT / (re.sub(r"[^a-z0-9]+", "-", vendor.lower()).strip("-") or "mpi")
+
+
+def _expose(folder: Path) -> None:
+    """Let ``transports.fast_*`` and ``runtime.fast_mailbox`` be imported from ``folder``."""
+    import runtime
+    import transports
+
+    for package in (transports, runtime):
+        sub = str(folder / package.__name__)
+        if sub not in package.__path__:
+            package.__path__.append(sub)
+
+
 @functools.cache
 def compiled_transport():
     """The compiled transport class, or the reason it cannot be used (a string)."""
     from mpi4py import MPI
 
+    loaded = MPI.get_vendor()[0]
+    folder = build_folder(loaded)
     try:
-        info = json.loads(_BUILD_INFO.read_text())
+        info = json.loads((folder / "build.json").read_text())
         built_for, built_from = info["mpi"], info["source"]
     except (OSError, ValueError, KeyError, TypeError):
-        return "not built (python -m transports.build)"
+        return f"not built for {loaded} (python -m transports.build)"
     try:
         if built_from != source_digest():
             return f"older than its sources ({', '.join(SOURCES)}; python -m transports.build)"
     except OSError:  # an installed copy without the source: the build is all there is
         pass
-    loaded = MPI.get_vendor()[0]
     if built_for != loaded:  # checked before importing: the module is linked to its MPI's library
         return f"built for {built_for}, but mpi4py loaded {loaded} (python -m transports.build)"
+    _expose(folder)
     try:
         from transports import fast_transport
     except ImportError as e:

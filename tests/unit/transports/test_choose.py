@@ -11,14 +11,31 @@ from transports import choose
 from transports.mpi_transport import MPITransport
 
 
+LOADED = MPI.get_vendor()[0]
+NOT_BUILT = rf"not built for {LOADED} \(python -m transports.build\)"
+
+
 @pytest.fixture
 def build_info(tmp_path, monkeypatch):
-    """Point the chooser at a build record of the test's own; ``write(**fields)`` fills it."""
-    path = tmp_path / "fast_transport.json"
-    monkeypatch.setattr(choose, "_BUILD_INFO", path)
+    """Point the chooser at build folders of the test's own; ``write(vendor=loaded MPI, **fields)``
+    fills that MPI's build record."""
+    monkeypatch.setattr(choose, "BUILT", tmp_path)
     choose.compiled_transport.cache_clear()
-    yield lambda **fields: path.write_text(json.dumps(fields))
+
+    def write(vendor=LOADED, **fields):
+        folder = choose.build_folder(vendor)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "build.json").write_text(json.dumps(fields))
+
+    yield write
     choose.compiled_transport.cache_clear()
+
+
+def test_each_mpi_family_has_its_own_build_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr(choose, "BUILT", tmp_path)
+    assert choose.build_folder("Open MPI") == tmp_path / "open-mpi"
+    assert choose.build_folder("MPICH") == tmp_path / "mpich"
+    assert choose.build_folder("Intel(R) MPI") == tmp_path / "intel-r-mpi"
 
 
 def test_python_is_chosen_on_request(monkeypatch):
@@ -36,30 +53,37 @@ def test_without_a_build_auto_falls_back_and_compiled_says_why(build_info, monke
     monkeypatch.setenv(choose.ENV, "auto")
     assert choose.transport_class() is MPITransport
     monkeypatch.setenv(choose.ENV, "compiled")
-    with pytest.raises(choose.TransportUnavailable, match=r"not built \(python -m transports.build\)"):
+    with pytest.raises(choose.TransportUnavailable, match=NOT_BUILT):
         choose.transport_class()
 
 
-def test_a_build_for_another_mpi_is_not_imported(build_info, monkeypatch):
+def test_a_build_for_another_mpi_is_not_taken_for_this_one(build_info, monkeypatch):
+    """Another MPI's build (an MPICH environment on the same source tree) sits in its own folder."""
+    build_info(vendor="Some Other MPI", mpi="Some Other MPI", source=choose.source_digest())
+    monkeypatch.setenv(choose.ENV, "compiled")
+    with pytest.raises(choose.TransportUnavailable, match=NOT_BUILT):
+        choose.transport_class()
+
+
+def test_a_record_naming_another_mpi_is_not_imported(build_info, monkeypatch):
     build_info(mpi="Some Other MPI", source=choose.source_digest())
     monkeypatch.setenv(choose.ENV, "compiled")
-    loaded = MPI.get_vendor()[0]
-    with pytest.raises(choose.TransportUnavailable, match=f"built for Some Other MPI, but mpi4py loaded {loaded}"):
+    with pytest.raises(choose.TransportUnavailable, match=f"built for Some Other MPI, but mpi4py loaded {LOADED}"):
         choose.transport_class()
     monkeypatch.setenv(choose.ENV, "auto")
     assert choose.transport_class() is MPITransport
 
 
 def test_a_build_older_than_its_source_is_not_used(build_info, monkeypatch):
-    build_info(mpi=MPI.get_vendor()[0], source="0" * 16)
+    build_info(mpi=LOADED, source="0" * 16)
     monkeypatch.setenv(choose.ENV, "compiled")
     with pytest.raises(choose.TransportUnavailable, match="older than its sources"):
         choose.transport_class()
 
 
 def test_a_damaged_build_record_counts_as_no_build(build_info):
-    build_info(mpi=MPI.get_vendor()[0])  # no source digest
-    assert choose.compiled_transport() == "not built (python -m transports.build)"
+    build_info(mpi=LOADED)  # no source digest
+    assert choose.compiled_transport() == f"not built for {LOADED} (python -m transports.build)"
 
 
 def test_the_built_module_is_what_a_mailbox_gets(monkeypatch):
@@ -83,7 +107,7 @@ def test_a_job_says_when_it_runs_on_the_python_transport_unasked(build_info, mon
     monkeypatch.delenv(choose.ENV, raising=False)
     assert choose.transport_notice() == (
         "note: the mailboxes use the Python transport (slower per message): "
-        "the compiled one is not built (python -m transports.build)"
+        f"the compiled one is not built for {LOADED} (python -m transports.build)"
     )
     monkeypatch.setenv(choose.ENV, "python")  # asked for: nothing to say
     assert choose.transport_notice() is None
