@@ -55,6 +55,7 @@ import torch
 from roles.engines.base import Sample, SamplingConfig
 from roles.engines.requests import InflightKV
 from roles.engines.vllm_device import check_cpu_head_size, check_device
+from roles.engines.vllm_lora import NativeAdapters, engine_args
 from roles.engines.vllm_stream import VllmStreaming, finish_reason, sampled_tokens
 from runtime.loop_clock import LOOP
 
@@ -106,12 +107,10 @@ class VllmEngine(VllmStreaming):
         """The engine of a role map's ``world.generator`` (``EngineConfig``) over its ``model:``.
 
         ``module`` and ``stop_ids`` are the torch engine's (vLLM loads the folder and stops at
-        its tokenizer's EOS itself). With ``model.lora`` syncs bring adapters: applied by vLLM's
-        LoRA layers (``lora_mode: native``, ``vllm_lora``) or merged into a copy of the base
-        (``merged``, ``adapter_merge``)."""
-        native = model.lora is not None and (engine.lora_mode or "native") == "native"
-        if native:
-            from roles.engines.vllm_lora import engine_args
+        its tokenizer's EOS itself). With ``model.lora`` syncs bring adapters: merged into a copy
+        of the base (``lora_mode: merged``, the default: ``adapter_merge``) or applied by vLLM's
+        LoRA layers (``native``: ``vllm_lora``)."""
+        native = model.lora is not None and engine.lora_mode == "native"  # None: merged (docs/lora.md)
         vllm = cls(
             cls.Config(
                 model=model.path,
@@ -128,8 +127,6 @@ class VllmEngine(VllmStreaming):
             )
         )
         if native:
-            from roles.engines.vllm_lora import NativeAdapters
-
             vllm.adapters = NativeAdapters(model.lora, model.path)
         elif model.lora is not None:
             from roles.engines.adapter_merge import MergedAdapters
@@ -189,7 +186,7 @@ class VllmEngine(VllmStreaming):
         """
         t0 = time.perf_counter()
         version = self.version + 1 if version is None else version
-        if hasattr(self.adapters, "request"):  # vLLM's LoRA (vllm_lora): the adapters alone, no reload
+        if isinstance(self.adapters, NativeAdapters):  # vLLM's LoRA: the adapters alone, no reload
             self._before_reload()
             self.adapters.load(self._llm.llm_engine, named_tensors, version)
         else:

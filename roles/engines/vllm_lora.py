@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from roles.models.lora import LoraConfig, write_adapter_folder
+from roles.models.lora import LoraConfig, is_adapter, write_adapter_folder
 
 SLOT = 1  # the adapter id every version is loaded under (in place)
 _VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's allowed max_lora_rank values
@@ -55,12 +55,18 @@ class NativeAdapters:
         ``LLMEngine``) in place of the last version's."""
         from vllm.lora.request import LoRARequest
 
-        folder = write_adapter_folder(dict(adapters), self.config, self.base_path, self.root / f"v{version}")
+        state = dict(adapters)
+        if not state or not all(map(is_adapter, state)):
+            others = [n for n in state if not is_adapter(n)][:3]
+            got = f"also {others}" if others else "none"
+            raise KeyError(f"vLLM's LoRA takes the adapters alone (X.lora_A.default.weight, ...); got {got}")
+        folder = write_adapter_folder(state, self.config, self.base_path, self.root / f"v{version}")
         name = f"mpirl-v{version}"
         if not engine.add_lora(LoRARequest(name, SLOT, str(folder), load_inplace=True)):
             raise RuntimeError(f"vLLM did not load the adapters of version {version} ({folder})")
         self.request = LoRARequest(name, SLOT, str(folder))  # no load_inplace: not reloaded per step
-        self._folders.append(folder)
+        if folder not in self._folders:  # the same version again (a resume's push) rewrote it
+            self._folders.append(folder)
         while len(self._folders) > 2:  # vLLM has read it; the one before stays for a moment's safety
             shutil.rmtree(self._folders.pop(0), ignore_errors=True)
 

@@ -70,11 +70,11 @@ def test_adapter_only_syncs_keep_the_generator_on_the_trainers_policy(tmp_path, 
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed (make test installs it)")
-@pytest.mark.parametrize("lora_mode", [None, "merged"])
+@pytest.mark.parametrize("lora_mode", [None, "native"])
 def test_a_vllm_generator_takes_the_adapters(tmp_path, sft_model, lora_mode):
-    """The vLLM generator applies each sync's adapters with vLLM's own LoRA (the default,
-    roles.engines.vllm_lora) or merges them into its copy of the base and reloads
-    (``lora_mode: merged``, roles.engines.adapter_merge); the trainers send the adapters only."""
+    """The vLLM generator merges each sync's adapters into its copy of the base and reloads (the
+    default, ``lora_mode: merged``: roles.engines.adapter_merge) or applies them with vLLM's own
+    LoRA (``native``: roles.engines.vllm_lora); the trainers send the adapters only."""
     generator = {"ranks": 1, "engine": "vllm", **({"lora_mode": lora_mode} if lora_mode else {})}
     overrides = {
         "model": {"path": str(sft_model), "lora": LORA},

@@ -46,7 +46,7 @@ def test_generators_that_cannot_take_adapters_are_refused(base_config, generator
 
 @pytest.mark.parametrize(
     "generator, rank, named",
-    [({"ranks": 1, "engine": "vllm"}, 600, "model.lora.rank 600: vLLM's LoRA (world.generator.lora_mode: native)"),
+    [({"ranks": 1, "engine": "vllm", "lora_mode": "native"}, 600, "model.lora.rank 600: vLLM's LoRA"),
      ({"ranks": 1, "lora_mode": "merged"}, 4, "lora_mode applies to engine: vllm only (engine is 'torch'")],
 )  # fmt: skip
 def test_lora_modes_that_cannot_run_are_refused(base_config, generator, rank, named):
@@ -57,5 +57,5 @@ def test_lora_modes_that_cannot_run_are_refused(base_config, generator, rank, na
 
 def test_a_vllm_generator_may_merge_adapters_of_any_rank(base_config):
     base_config["model"]["lora"] = {"rank": 600}
-    base_config["world"]["generator"] = {"ranks": 1, "engine": "vllm", "lora_mode": "merged"}
-    assert config.parse(base_config).world.generator.lora_mode == "merged"
+    base_config["world"]["generator"] = {"ranks": 1, "engine": "vllm"}  # lora_mode: merged, the default
+    assert config.parse(base_config).world.generator.lora_mode is None
