@@ -86,3 +86,21 @@ def test_the_base_is_checked_against_the_one_recorded(tmp_path):
     with pytest.raises(CheckpointIOError, match=r"adapters only.*is not a model folder \(no config\.json\)"):
         check_base(ckpt, tmp_path / "gone")
     check_base(tmp_path, tmp_path / "gone")  # no record: a checkpoint of the whole model, nothing to check
+
+
+def test_export_refuses_a_lora_checkpoint_whose_base_changed_shape(tmp_path):
+    import yaml
+
+    from roles.checkpoint.export import export_hf
+    from roles.checkpoint.layout import COMPLETE, SAVED_CONFIG
+
+    base = _model_folder(tmp_path / "base")
+    ckpt = tmp_path / "step-00000002"
+    ckpt.mkdir()
+    (ckpt / SAVED_CONFIG).write_text(yaml.safe_dump({"model": {"path": str(base), "lora": {"rank": 2}}}))
+    (ckpt / COMPLETE).write_text("2\n")
+    record_base(ckpt, base)
+    _model_folder(base, hidden=32)
+    with pytest.raises(CheckpointIOError, match=r"adapters only.*not the one its adapters were trained on"):
+        export_hf(ckpt, tmp_path / "out")
+    assert not (tmp_path / "out").exists()  # refused before anything was written
