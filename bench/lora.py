@@ -1,6 +1,7 @@
 """LoRA against full fine-tuning, side by side in one run: one JSON line per model size.
 
-    python bench/lora.py [--sizes 25M,100M] [--rank 16] [--steps 5] [--batch 2] [--seq 64] [--demo-steps 0]
+    python bench/lora.py [--sizes 25M,100M] [--rank 16] [--steps 5] [--batch 2] [--seq 64] [--repeats 3]
+                          [--demo-steps 0]
 
 For each synthetic Llama of bench/weight_sync.py (random weights, float32) and each mode
 (``full``: every weight trained; ``lora``: ``model.lora`` with ``rank``, all linear layers),
@@ -15,7 +16,10 @@ a fresh process measures:
   the torch engine's ``load_weights`` of it at the receiving end (median of 3): the transfer
   and apply a generator pays, without the plan's packing (bench/weight_sync.py measures that).
 
-Ratios ``lora_over_full`` for each. ``--demo-steps N`` also runs the arith demo job
+Each mode is measured ``--repeats`` times, full and LoRA interleaved (full, lora, full, lora,
+...: a drift in the machine's load touches both alike); each figure is the median of the
+repeats, with ``<figure>_min`` and ``<figure>_max`` beside it. Ratios ``lora_over_full`` of the
+medians for each. ``--demo-steps N`` also runs the arith demo job
 (examples/arith/async.yaml, N steps) full and with LoRA (lr ``--lora-lr``) and reports their
 final training reward (mean of the last 10 steps) and held-out accuracy.
 """
@@ -147,6 +151,20 @@ def one_mode(args, size: str, lora_rank: int) -> dict:
     return {**train, **measure_sync(size, lora_rank)}
 
 
+def summarize(runs: list[dict]) -> dict:
+    """The repeats of one mode: each timed or measured figure's median, min and max; the
+    counts (the same every time) as they are."""
+    out = {}
+    for key in runs[0]:
+        values = [r[key] for r in runs]
+        if key in ("trained_params", "sync_bytes"):
+            out[key] = values[0]
+            continue
+        out[key] = round(statistics.median(values), 5)
+        out[f"{key}_min"], out[f"{key}_max"] = round(min(values), 5), round(max(values), 5)
+    return out
+
+
 def compare(full: dict, lora: dict) -> dict:
     keys = ("step_s", "peak_rss_mb", "sync_bytes", "sync_s")
     return {k: round(lora[k] / full[k], 4) for k in keys if full.get(k)}
@@ -190,12 +208,17 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5, help="timed trainer steps per mode")
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--seq", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved repeats of each mode (medians, min, max)")
     ap.add_argument("--demo-steps", type=int, default=0, help="also run the arith demo full and LoRA (0: no)")
     ap.add_argument("--lora-lr", type=float, default=3e-4, help="the demo's LoRA learning rate")
     args = ap.parse_args()
     for size in filter(None, args.sizes.split(",")):
-        full, lora = one_mode(args, size, 0), one_mode(args, size, args.rank)
-        line = {"bench": "lora", "size": size, "rank": args.rank, "full": full, "lora": lora}
+        runs: dict[str, list[dict]] = {"full": [], "lora": []}
+        for _ in range(args.repeats):  # interleaved: full, lora, full, lora, ...
+            runs["full"].append(one_mode(args, size, 0))
+            runs["lora"].append(one_mode(args, size, args.rank))
+        full, lora = summarize(runs["full"]), summarize(runs["lora"])
+        line = {"bench": "lora", "size": size, "rank": args.rank, "repeats": args.repeats, "full": full, "lora": lora}
         line["lora_over_full"] = compare(full, lora)
         line["loadavg_1m"] = os.getloadavg()[0]
         print(json.dumps(line), flush=True)

@@ -34,6 +34,11 @@ def _check_lora(cfg) -> None:
             f"model.lora with world.generator.quantization ({g.quantization}): the int8 layers would be "
             "requantized around adapters they do not hold; leave one of them out"
         )
+    if g.engine == "vllm" and g.lora_mode == "native" and cfg.model.lora.rank > 512:
+        raise ValueError(
+            f"model.lora.rank {cfg.model.lora.rank}: vLLM's LoRA (world.generator.lora_mode: native) "
+            "takes ranks up to 512; set lora_mode: merged or a lower rank"
+        )
 
 
 def overlong_max_length(cfg) -> int:

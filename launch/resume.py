@@ -18,6 +18,7 @@ from pathlib import Path
 
 from launch.config import ConfigError, RoleMap
 from roles.checkpoint.layout import COMPLETE, CheckpointIOError, complete_checkpoints, is_complete, step_name
+from roles.checkpoint.lora_base import check_base
 from roles.checkpoint.resume import (
     Resume,
     check_readable,
@@ -77,6 +78,10 @@ def find_resume(cfg: RoleMap) -> Resume | None:
     except CheckpointIOError as e:
         raise ConfigError(_damaged(path, e)) from e
     check_compatible(cfg, path)
+    try:  # a LoRA checkpoint's adapters only: its base, model.path, must be the one they trained on
+        check_base(path, cfg.model.path)
+    except CheckpointIOError as e:
+        raise ConfigError(f"model.path: {e}; or set run.resume: never (start afresh)") from e
     done = steps_done(path)
     if cfg.run.steps < done:
         # Resuming would train nothing and leave the policy of step `done`, not of run.steps,

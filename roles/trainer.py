@@ -29,10 +29,12 @@ from roles.algorithm import losses
 from roles.algorithm.aggregation import step_units
 from roles.algorithm.kl import kl_terms
 from roles.algorithm.logprobs import response_logprobs
+from roles.checkpoint.lora_base import record_base
 from roles.checkpoint.plan import CheckpointPlan
 from roles.checkpoint.resume import Resume
 from roles.checkpoint.rng import save_rng
 from roles.checkpoint.trainer_state import inject_fault, load_trainer_state, save_trainer_state
+from roles.models.lora import is_adapter
 from roles.protocol import CONTROLLER, Preempt, Rollout, RolloutConfig, Routes, Schedule, StepDone, WeightsPushed
 from roles.sections.trainer import TrainerConfig
 from roles.train_batch import StepBatch, Tally, collect, loss_mask, pad, step_metrics, version_figures
@@ -78,6 +80,7 @@ class TrainerActor(Actor):
         if config.needs_reference and self.reference is None:
             raise ValueError("algorithm.kl_coef > 0 needs the policy's reference model")
         self.local_params = policy.local_params  # callable -> what the weight sender pushes
+        self.lora_base = getattr(policy, "lora", None) and policy.tokenizer_dir  # LoRA: saves adapters only
         self.sender = sender
         self.dp_group = dp_group  # torch.distributed group of the trainers (None: one trainer)
         self.trainers = TrainerGroup(dp_group, routes.trainers)  # the step's collectives over them
@@ -85,9 +88,8 @@ class TrainerActor(Actor):
         self.is_leader = mailbox.role_table.index == 0
         trained = [p for p in self.model.parameters() if p.requires_grad]  # LoRA: the adapters only
         self.optimizer = torch.optim.AdamW(trained, lr=config.lr, weight_decay=config.weight_decay, betas=(0.9, 0.999))
-        # A WeightSender with copy=False sends from the parameters themselves: the next update
-        # must not overwrite them before they are out. (Colocated ranks reload a local engine
-        # synchronously and have no such sender.)
+        # A WeightSender with copy=False sends from the parameters themselves: the next update must
+        # not overwrite them before they are out (colocated ranks reload synchronously: no sender).
         self._sends_read_params = not getattr(sender, "copy", True)
         if self._sends_read_params:
             sender.guard(self.optimizer)
@@ -176,15 +178,21 @@ class TrainerActor(Actor):
     def _save(self, path) -> None:
         """This rank's part of a checkpoint: its random states, then its shards (collective)."""
         save_rng(path, self.mailbox.role_table.rank)
-        save_trainer_state(path, self.model, self.optimizer, self.dp_group)
+        save_trainer_state(path, self.model, self.optimizer, self.dp_group, only=self._saved_entries())
+        if self.lora_base is not None and self.is_leader:
+            record_base(path, self.lora_base)
         inject_fault("trainer-saved", self.version)
 
     def _resume(self, resume: Resume) -> None:
         """Load the policy and optimizer of ``resume`` and push that version: the generators
         hold placeholders until then (``Schedule.min_version``)."""
-        load_trainer_state(resume.path, self.model, self.optimizer, self.dp_group)
+        load_trainer_state(resume.path, self.model, self.optimizer, self.dp_group, only=self._saved_entries())
         self.version = self.step_index = resume.steps_done
         self._push(self.version)
+
+    def _saved_entries(self):
+        """Which model entries a checkpoint holds: a LoRA policy's adapters, or everything (None)."""
+        return is_adapter if self.lora_base is not None else None
 
     def on_stop(self, reason: str) -> None:
         self.sender.wait()  # the generators take in the last push before they stop

@@ -9,6 +9,7 @@ One checkpoint is a folder in the run's checkpoint directory (``checkpoint.dir``
       controller.json     steps done, the data position as of what was *trained*, counters
       rng/rank-00003.pkl  every rank's random states (Python, numpy, and torch where it has it)
       config.yaml         the role map the run was started with
+      lora_base.json      a LoRA run's: the base its adapters (all trainer/ holds) were trained on
       COMPLETE            written last
     latest                the name of the newest complete checkpoint (replaced atomically)
 
@@ -22,6 +23,7 @@ import from them; this file re-exports nothing):
 - ``trainer_state``: the policy's and optimizer's shards (DCP save and load), the fault hook;
 - ``storage/``: the DCP storage the shards are written and read through (raw shard files,
   direct I/O);
+- ``lora_base``: the base a LoRA checkpoint's adapters need, recorded and checked;
 - ``export``: a checkpoint's policy as a Hugging Face model folder;
 - ``resume``: the checkpoint to continue from (``newest``, ``resolve_checkpoint_path``) and
   its small files read and checked (``Resume``).

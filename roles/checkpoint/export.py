@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from roles.checkpoint.layout import COMPLETE, SAVED_CONFIG, TRAINER_SHARDS, CheckpointIOError, is_complete
+from roles.checkpoint.lora_base import check_base
 from roles.checkpoint.resume import read_saved_config
 from roles.checkpoint.trainer_state import dcp_errors_named, read_shard_index, single_process_is_meant
 
@@ -19,7 +20,7 @@ def export_hf(path: str | Path, out: str | Path, adapter: bool = False) -> Path:
     them, are read into one whole model (the optimizer state is not read).
     """
     from roles.models import ModelConfig
-    from roles.models.lora import LoraConfig, inject_lora, save_adapter_folder
+    from roles.models.lora import LoraConfig, inject_lora, is_adapter, save_adapter_folder
     from roles.policy.model import Policy, load_model
 
     path = Path(path)
@@ -30,10 +31,12 @@ def export_hf(path: str | Path, out: str | Path, adapter: bool = False) -> Path:
             f"{path}: an adapter folder needs a LoRA run (model.lora); this one trained every weight"
         )
     model_cfg = ModelConfig.model_construct(**{**saved["model"], "lora": lora})
+    if lora is not None:  # its adapters only: the base is model.path's, which must be the same
+        check_base(path, model_cfg.path)
     model = load_model(model_cfg)
     if lora is not None:
         model = inject_lora(model, lora)
-    _read_shards(model, path, TRAINER_SHARDS, "the policy")
+    _read_shards(model, path, TRAINER_SHARDS, "the policy", only=is_adapter if lora is not None else None)
     if adapter:
         return save_adapter_folder(model, lora, model_cfg.path, out)
     Policy(model, model_cfg.path, sharded=False, lora=lora).save(out, is_leader=True)
@@ -73,16 +76,17 @@ def _saved_config(path: Path) -> dict:
     return saved
 
 
-def _read_shards(model, path: Path, folder: str, what: str) -> None:
-    """``path/folder``'s shards, however many ranks wrote them, into ``model`` (whole)."""
+def _read_shards(model, path: Path, folder: str, what: str, only=None) -> None:
+    """``path/folder``'s shards, however many ranks wrote them, into ``model`` (whole); with
+    ``only(name)``, those of the model's entries only (a LoRA policy's adapters)."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
 
     from roles.checkpoint.storage.raw_shards import RawShardReader
 
     shards = path / folder
     read_shard_index(shards)
-    state = {"model": get_model_state_dict(model)}
+    state = {"model": {n: t for n, t in get_model_state_dict(model).items() if only is None or only(n)}}
     # A shard file cut short is DCP's CheckpointException (named by dcp_errors_named); anything
     # else that fails here names the checkpoint too, rather than escape as a traceback.
     with single_process_is_meant(), dcp_errors_named(f"reading {what} from", path):
@@ -90,4 +94,4 @@ def _read_shards(model, path: Path, folder: str, what: str) -> None:
             dcp.load(state, storage_reader=RawShardReader(shards), no_dist=True)
         except Exception as e:  # noqa: BLE001 - a damaged file raises any of many types
             raise CheckpointIOError(f"reading {what} from {path} failed ({type(e).__name__}: {e})") from e
-    set_model_state_dict(model, state["model"])
+    set_model_state_dict(model, state["model"], options=StateDictOptions(strict=only is None))

@@ -39,17 +39,19 @@ def dcp_errors_named(action: str, path, role: str = "trainer"):
 
 
 def save_trainer_state(
-    path: str | Path, model, optimizer, group, *, shards: str = TRAINER_SHARDS, role: str = "trainer"
+    path: str | Path, model, optimizer, group, *, shards: str = TRAINER_SHARDS, role: str = "trainer", only=None
 ) -> None:
     """The model's and optimizer's shards into ``path/trainer`` (``path/<shards>``: the critic's
     are beside them). Collective over ``group`` (the training ranks; None when there is one:
-    then no other rank takes part)."""
+    then no other rank takes part). ``only(name)``: which of the model's entries are saved (a
+    LoRA policy: the adapters; its frozen base is ``model.path``'s); all of them when None."""
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict
 
     from roles.checkpoint.storage.raw_shards import RawShardWriter
 
     model_state, optim_state = get_state_dict(model, optimizer)
+    model_state = _kept(model_state, only)
     with single_process_is_meant(), dcp_errors_named(f"saving the {role} state into", path, role):
         dcp.save(
             {"model": model_state, "optim": optim_state},
@@ -68,17 +70,19 @@ def save_trainer_state(
 
 
 def load_trainer_state(
-    path: str | Path, model, optimizer, group, *, shards: str = TRAINER_SHARDS, role: str = "trainer"
+    path: str | Path, model, optimizer, group, *, shards: str = TRAINER_SHARDS, role: str = "trainer", only=None
 ) -> None:
     """Load ``path/trainer`` (``path/<shards>``) into ``model`` and ``optimizer`` as they are
-    sharded now (any number of ranks: torch.distributed.checkpoint reshards). Collective over ``group``."""
+    sharded now (any number of ranks: torch.distributed.checkpoint reshards). Collective over
+    ``group``. ``only``: as saved; the model's other entries keep what they hold (a LoRA
+    policy's base, loaded from ``model.path``)."""
     import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict, set_state_dict
 
     from roles.checkpoint.storage.raw_shards import RawShardReader
 
     model_state, optim_state = get_state_dict(model, optimizer)
-    state = {"model": model_state, "optim": optim_state}
+    state = {"model": _kept(model_state, only), "optim": optim_state}
     with single_process_is_meant(), dcp_errors_named(f"loading the {role} state from", path, role):
         dcp.load(
             state,
@@ -86,7 +90,12 @@ def load_trainer_state(
             process_group=group,
             no_dist=group is None,
         )
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    options = StateDictOptions(strict=only is None)
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"], options=options)
+
+
+def _kept(model_state: dict, only) -> dict:
+    return model_state if only is None else {n: t for n, t in model_state.items() if only(n)}
 
 
 def shard_index(shards: Path) -> Path:

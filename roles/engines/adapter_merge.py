@@ -5,9 +5,9 @@ mpirl's vLLM engine reloads weights in place, and that reload needs every parame
 (vLLM fuses q/k/v and gate/up per layer). So the generator keeps the base as loaded (CPU
 memory: one copy of the model) and, on each sync, hands the engine ``W + (alpha/r) B A`` for
 the adapted layers and the base for the rest: always from the base, never onto the last
-merge, so nothing drifts. The trainers still send the adapters only. vLLM's own LoRA path
-(``enable_lora`` and a ``LoRARequest`` per version, which has CPU kernels too) would avoid the
-reload; it is not wired yet (docs/lora.md).
+merge, so nothing drifts. The trainers still send the adapters only. vLLM's own LoRA
+(``lora_mode: native``, ``vllm_lora``) avoids the reload but, on CPU, generates more slowly:
+this merged path stays the default (docs/lora.md has both measured).
 """
 
 from __future__ import annotations

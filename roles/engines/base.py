@@ -52,6 +52,10 @@ class EngineConfig(Section):
     # tokens after the update attend to KV the old weights computed) or recompute it from the
     # new weights (AReaL: one prefill of every running sequence). docs/architecture.md.
     inflight_kv: Literal["keep", "recompute"] = "keep"
+    # vLLM with model.lora: merge each sync's adapters into a copy of the base and reload every
+    # weight (merged), or apply them with vLLM's own LoRA layers (native: no reload, but its CPU
+    # kernels generated 2.4x slower). None: merged. docs/lora.md has both measured.
+    lora_mode: Literal["native", "merged"] | None = None
 
     @model_validator(mode="after")
     def _vllm_only_options(self) -> EngineConfig:
@@ -59,6 +63,11 @@ class EngineConfig(Section):
             raise ValueError(f"sim applies to engine: sim only (engine is {self.engine!r})")
         if self.engine == "sim" and self.sim is None:
             self.sim = SimConfig()
+        if self.engine != "vllm" and self.lora_mode is not None:
+            raise ValueError(
+                f"lora_mode applies to engine: vllm only (engine is {self.engine!r}, which applies "
+                "the adapters in its own LoRA forward)"
+            )
         if self.engine != "vllm" and self.compile is not None:
             raise ValueError(f"compile applies to engine: vllm only (engine is {self.engine!r})")
         if self.quantization == "int8" and self.engine != "torch":

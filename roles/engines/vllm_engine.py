@@ -55,6 +55,7 @@ import torch
 from roles.engines.base import Sample, SamplingConfig
 from roles.engines.requests import InflightKV
 from roles.engines.vllm_device import check_cpu_head_size, check_device
+from roles.engines.vllm_lora import NativeAdapters, engine_args
 from roles.engines.vllm_stream import VllmStreaming, finish_reason, sampled_tokens
 from runtime.loop_clock import LOOP
 
@@ -94,7 +95,7 @@ class VllmEngine(VllmStreaming):
         self.config = config
         self.last_update_s: float | None = None  # seconds the latest load_weights took (reload + reset)
         self.updates = 0  # load_weights calls so far
-        self.adapters = None  # model.lora: a MergedAdapters (roles.engines.adapter_merge), set by from_config
+        self.adapters = None  # model.lora: NativeAdapters (vllm_lora) or MergedAdapters (adapter_merge)
         self._llm = _build_llm(config)
         self._param_names = _checkpoint_names(config.model)
         # Per worker: groups of "module.param" names holding one shared Parameter (tied head).
@@ -106,8 +107,10 @@ class VllmEngine(VllmStreaming):
         """The engine of a role map's ``world.generator`` (``EngineConfig``) over its ``model:``.
 
         ``module`` and ``stop_ids`` are the torch engine's (vLLM loads the folder and stops at
-        its tokenizer's EOS itself). With ``model.lora`` syncs bring adapters, merged here
-        into a copy of the base (``roles.engines.adapter_merge``)."""
+        its tokenizer's EOS itself). With ``model.lora`` syncs bring adapters: merged into a copy
+        of the base (``lora_mode: merged``, the default: ``adapter_merge``) or applied by vLLM's
+        LoRA layers (``native``: ``vllm_lora``)."""
+        native = model.lora is not None and engine.lora_mode == "native"  # None: merged (docs/lora.md)
         vllm = cls(
             cls.Config(
                 model=model.path,
@@ -120,9 +123,12 @@ class VllmEngine(VllmStreaming):
                 compile=engine.compile,
                 seed=seed,
                 inflight_kv=engine.inflight_kv,
+                extra=engine_args(model.lora) if native else {},
             )
         )
-        if model.lora is not None:
+        if native:
+            vllm.adapters = NativeAdapters(model.lora, model.path)
+        elif model.lora is not None:
             from roles.engines.adapter_merge import MergedAdapters
             from roles.models import torch_dtype
 
@@ -164,13 +170,14 @@ class VllmEngine(VllmStreaming):
         # vLLM's engine core works in a process of its own, so this rank's CPU says nothing
         # about progress: the call counts as progress throughout (runtime.loop_clock).
         with LOOP.ticking():
-            outputs = self._llm.generate(inputs, params, use_tqdm=False)
+            outputs = self._llm.generate(inputs, params, use_tqdm=False, lora_request=self._lora_request())
         return [[_sample(c) for c in sorted(out.outputs, key=lambda c: c.index)] for out in outputs]
 
     def load_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]], version: int | None = None) -> None:
         """Replace every weight in place (Hugging Face names), then drop the prefix cache (with
         streaming requests in flight: see ``vllm_stream``). ``version``: the new weights' policy
-        version (None: the one held, plus one).
+        version (None: the one held, plus one). With vLLM's LoRA (``vllm_lora``) the tensors are
+        the adapters alone, loaded into its adapter slot; nothing else is reloaded.
 
         All of the model's parameters must come in one call (the checkpoint's names): vLLM
         fuses q/k/v and gate/up per layer, and a layer given only some of its parts would be
@@ -178,7 +185,20 @@ class VllmEngine(VllmStreaming):
         before anything is touched. Tensors may live on any device; they are copied.
         """
         t0 = time.perf_counter()
-        if self.adapters is not None:  # LoRA: the adapters merged into the base (adapter_merge)
+        version = self.version + 1 if version is None else version
+        if isinstance(self.adapters, NativeAdapters):  # vLLM's LoRA: the adapters alone, no reload
+            self._before_reload()
+            self.adapters.load(self._llm.llm_engine, named_tensors, version)
+        else:
+            self._reload_all(named_tensors)
+        self.version = version
+        self._after_reload()  # the prefix cache reset, or what the requests in flight need instead
+        self.last_update_s = time.perf_counter() - t0
+        self.updates += 1
+
+    def _reload_all(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Every parameter reloaded in place (vLLM's ``reload_weights``), the tied heads redone."""
+        if self.adapters is not None:  # LoRA, merged: the adapters merged into the base (adapter_merge)
             named_tensors = self.adapters.merged(named_tensors)
         named = list(named_tensors)  # references only; lets us check names before touching vLLM
         names = {n for n, _ in named}
@@ -200,10 +220,6 @@ class VllmEngine(VllmStreaming):
                 f"vLLM's weight reload changed which parameters are shared (tied): {self._tied} before, "
                 f"{tied} after; a tied output head may no longer follow the embedding"
             )
-        self.version = self.version + 1 if version is None else version
-        self._after_reload()  # the prefix cache reset, or what the requests in flight need instead
-        self.last_update_s = time.perf_counter() - t0
-        self.updates += 1
 
 
 # ---------------------------------------------------------------------- helpers

@@ -21,6 +21,9 @@ so each sample comes back in the ``step`` it ends in.
   again as prompt + tokens so far (new salt, the remaining token budget, seed
   ``sample_seed(sample seed, tokens so far)``), so vLLM prefills it afresh with the new weights;
   the tokens already sampled keep their log-probs and versions (old weights sampled them).
+- LoRA adapters through vLLM's own LoRA (``vllm_lora``): every request carries the adapters of
+  the version it is added under; an update loads the new ones into the same slot, in place, so
+  ``keep`` and ``recompute`` mean what they mean with a full reload.
 """
 
 from __future__ import annotations
@@ -179,7 +182,7 @@ class VllmStreaming:
         prompt = TokensPrompt(prompt_token_ids=s.prompt + s.tokens, cache_salt=f"v{self.version}")
         (rendered,) = engine.renderer.render_cmpl([prompt])  # as LLM.generate prepares its prompts
         rid = f"{s.tag}:{s.index}"
-        engine.add_request(rid, rendered, params)
+        engine.add_request(rid, rendered, params, lora_request=self._lora_request())
         self._sequences[rid] = s
 
     def _absorb(self, outputs) -> list[Finished]:
@@ -199,6 +202,10 @@ class VllmStreaming:
                 del self._sequences[out.request_id]
                 ended.append(Finished(s.tag, s.index, s.sample(reason)))
         return ended
+
+    def _lora_request(self):
+        """The adapters of the version held, for vLLM's LoRA (``vllm_lora``); None: none there."""
+        return getattr(getattr(self, "adapters", None), "request", None)
 
     def _reset_if_idle(self, force: bool = False) -> None:
         """Drop the prefix cache an in-flight update had to leave, once no request holds a block."""

@@ -126,6 +126,12 @@ def adapter_state(state: dict) -> dict:
 def save_adapter_folder(model, config: LoraConfig, base_path: str, out) -> Path:
     """Write ``model``'s adapters as a PEFT adapter folder (``adapter_config.json`` and
     ``adapter_model.safetensors``) that ``PeftModel.from_pretrained`` and vLLM's LoRA load."""
+    return write_adapter_folder({n: p.detach() for n, p in model.named_parameters()}, config, base_path, out)
+
+
+def write_adapter_folder(state: dict, config: LoraConfig, base_path: str, out) -> Path:
+    """``state``'s adapters (``X.lora_A.default.weight``; other entries are left out) as a PEFT
+    adapter folder in ``out``: what ``save_adapter_folder`` writes, from tensors."""
     from safetensors.torch import save_file
 
     out = Path(out)
@@ -134,8 +140,8 @@ def save_adapter_folder(model, config: LoraConfig, base_path: str, out) -> Path:
     peft_config.base_model_name_or_path = str(base_path)
     peft_config.task_type = "CAUSAL_LM"
     peft_config.save_pretrained(str(out))
-    tensors = adapter_state({n: p.detach() for n, p in model.named_parameters()})
-    save_file({n: t.contiguous() for n, t in tensors.items()}, str(out / "adapter_model.safetensors"))
+    tensors = adapter_state(state)
+    save_file({n: t.detach().cpu().contiguous() for n, t in tensors.items()}, str(out / "adapter_model.safetensors"))
     return out
 
 

@@ -70,12 +70,15 @@ def test_adapter_only_syncs_keep_the_generator_on_the_trainers_policy(tmp_path, 
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm is not installed (make test installs it)")
-def test_a_vllm_generator_takes_the_adapters_merged_into_its_base(tmp_path, sft_model):
-    """The vLLM generator merges each sync's adapters into its copy of the base and reloads
-    (roles.engines.adapter_merge); the trainers still send the adapters only."""
+@pytest.mark.parametrize("lora_mode", [None, "native"])
+def test_a_vllm_generator_takes_the_adapters(tmp_path, sft_model, lora_mode):
+    """The vLLM generator merges each sync's adapters into its copy of the base and reloads (the
+    default, ``lora_mode: merged``: roles.engines.adapter_merge) or applies them with vLLM's own
+    LoRA (``native``: roles.engines.vllm_lora); the trainers send the adapters only."""
+    generator = {"ranks": 1, "engine": "vllm", **({"lora_mode": lora_mode} if lora_mode else {})}
     overrides = {
         "model": {"path": str(sft_model), "lora": LORA},
-        "world": {"generator": {"ranks": 1, "engine": "vllm"}},
+        "world": {"generator": generator},
         "rollout": {"prompts_per_step": 8, "samples_per_prompt": 4},
         "algorithm": {"lr": 1e-3},
         "run": {"steps": STEPS, "max_staleness": 0, "out": str(tmp_path), "progress": False},

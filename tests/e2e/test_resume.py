@@ -60,6 +60,23 @@ CRITIC = {"world": {"critic": 1}, "algorithm": {"advantage": "gae", "loss": "ppo
 LORA = {"model": {"lora": {"rank": 4}}, "algorithm": {"lr": 1e-3}}
 
 
+def _assert_adapters_only(checkpoint: Path, sft_model: Path) -> None:
+    """A LoRA checkpoint's trainer shards are the adapters and their two Adam moments (and the
+    optimizer's pickled settings), far below the base it records (lora_base.json)."""
+    import torch
+
+    from roles.models.loading import load_complete
+    from roles.models.lora import LoraConfig, inject_lora, is_adapter
+
+    model = inject_lora(load_complete(sft_model, torch.float32), LoraConfig(**LORA["model"]["lora"]))
+    sizes = {True: 0, False: 0}
+    for name, p in model.named_parameters():
+        sizes[is_adapter(name)] += p.numel() * p.element_size()
+    on_disk = sum(f.stat().st_size for f in (checkpoint / "trainer").glob("*.raw"))
+    assert 3 * sizes[True] <= on_disk < 3 * sizes[True] + (64 << 10), (on_disk, sizes)
+    assert on_disk < sizes[False] / 4 and (checkpoint / "lora_base.json").is_file()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["batch", "stream", "critic", "lora"])
 def test_a_killed_run_resumes_bit_identically_at_staleness_0(tmp_path, sft_model, mode):
@@ -84,6 +101,8 @@ def test_a_killed_run_resumes_bit_identically_at_staleness_0(tmp_path, sft_model
     kept = sorted(p.name for p in (broken / "checkpoints").iterdir() if p.name.startswith("step-"))
     assert kept == [f"step-{STEPS - EVERY:08d}", f"step-{STEPS:08d}"]
     assert (broken / "checkpoints" / "latest").read_text().strip() == f"step-{STEPS:08d}"
+    if mode == "lora":
+        _assert_adapters_only(broken / "checkpoints" / f"step-{STEPS:08d}", sft_model)
     # mpirl export: the newest checkpoint as a Hugging Face folder, the same weights as the policy's
     exported = tmp_path / "exported"
     cli = [sys.executable, "-m", "launch.cli", "export", str(broken / "checkpoints"), str(exported)]

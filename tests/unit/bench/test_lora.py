@@ -31,3 +31,14 @@ def test_the_line_holds_lora_over_full_for_each_figure():
     full = {"step_s": 2.0, "peak_rss_mb": 1000.0, "sync_bytes": 400, "sync_s": 0.5}
     lora = {"step_s": 1.0, "peak_rss_mb": 450.0, "sync_bytes": 8, "sync_s": 0.05}
     assert bench.compare(full, lora) == {"step_s": 0.5, "peak_rss_mb": 0.45, "sync_bytes": 0.02, "sync_s": 0.1}
+
+
+def test_repeats_are_summarized_as_medians_with_their_range():
+    runs = [
+        {"step_s": 3.0, "sync_bytes": 8, "trained_params": 2},
+        {"step_s": 1.0, "sync_bytes": 8, "trained_params": 2},
+        {"step_s": 2.0, "sync_bytes": 8, "trained_params": 2},
+    ]
+    assert bench.summarize(runs) == {
+        "step_s": 2.0, "step_s_min": 1.0, "step_s_max": 3.0, "sync_bytes": 8, "trained_params": 2,
+    }  # fmt: skip

@@ -42,3 +42,20 @@ def test_generators_that_cannot_take_adapters_are_refused(base_config, generator
     base_config["model"]["lora"] = {"rank": 4}
     base_config["world"]["generator"] = generator
     assert named in config_error(base_config)
+
+
+@pytest.mark.parametrize(
+    "generator, rank, named",
+    [({"ranks": 1, "engine": "vllm", "lora_mode": "native"}, 600, "model.lora.rank 600: vLLM's LoRA"),
+     ({"ranks": 1, "lora_mode": "merged"}, 4, "lora_mode applies to engine: vllm only (engine is 'torch'")],
+)  # fmt: skip
+def test_lora_modes_that_cannot_run_are_refused(base_config, generator, rank, named):
+    base_config["model"]["lora"] = {"rank": rank}
+    base_config["world"]["generator"] = generator
+    assert named in config_error(base_config)
+
+
+def test_a_vllm_generator_may_merge_adapters_of_any_rank(base_config):
+    base_config["model"]["lora"] = {"rank": 600}
+    base_config["world"]["generator"] = {"ranks": 1, "engine": "vllm"}  # lora_mode: merged, the default
+    assert config.parse(base_config).world.generator.lora_mode is None

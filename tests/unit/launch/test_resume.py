@@ -146,3 +146,22 @@ def test_a_damaged_file_of_the_newest_checkpoint_is_a_config_error_naming_it(
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before  # nothing removed
     # the one before resumes
     assert find_resume(run_config(base_config, tmp_path, **{"run.resume": str(newest.parent / "step-00000002")}))
+
+
+def test_a_lora_checkpoint_whose_base_changed_or_is_gone_is_a_config_error(base_config, dummy_model, tmp_path):
+    """A LoRA checkpoint holds the adapters only: resuming reads the base from model.path, which
+    must be the one recorded (roles/checkpoint/lora_base.py)."""
+    from roles.checkpoint.lora_base import BASE_RECORD, record_base
+
+    cfg = run_config(base_config, tmp_path)
+    path = write_checkpoint(cfg.checkpoints(), 2)
+    record_base(path, dummy_model)
+    assert find_resume(cfg).steps_done == 2  # the base as it was
+    record = json.loads((path / BASE_RECORD).read_text())
+    name = next(iter(record["tensors"]))
+    record["tensors"][name][1] = [*record["tensors"][name][1], 2]  # trained on another shape
+    (path / BASE_RECORD).write_text(json.dumps(record))
+    with pytest.raises(
+        config.ConfigError, match=rf"model\.path: .*not the one its adapters were trained on: {name} was"
+    ):
+        find_resume(cfg)
