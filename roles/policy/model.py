@@ -68,7 +68,10 @@ class Policy:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         save_file(
-            {n: t.contiguous() for n, t in state.items()}, str(out / "model.safetensors"), metadata={"format": "pt"}
+            # .cpu(): a trainer on CUDA writes from host memory (a CPU tensor is returned as it is)
+            {n: t.contiguous().cpu() for n, t in state.items()},
+            str(out / "model.safetensors"),
+            metadata={"format": "pt"},
         )
         self.model.config.save_pretrained(out)
         if getattr(self.model, "generation_config", None) is not None:
