@@ -1,7 +1,8 @@
 """Run by tests/gpu/test_trainer_cuda.py under ``mpirun -n 2`` on two GPUs: two trainer ranks as a
 job sets them up (``init_torch_distributed``, the trainers' group with ``train_group_backend``,
 ``trainer_device``, ``shard_model``), then support/cuda_trainer.py's steps and checkpoint round trip.
-Prints one JSON line per rank."""
+Prints one JSON line per rank. ``cuda_trainer_pair.py OUT cpu`` runs the same on the CPU (gloo):
+a check of the script itself on a machine without GPUs."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ sys.path[:0] = [
 from mpi4py import MPI  # noqa: E402
 
 
-def main(out: Path) -> None:
+def main(out: Path, device: str) -> None:
     import torch
 
     from launch.distributed import train_group_backend
@@ -31,12 +32,12 @@ def main(out: Path) -> None:
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()
     init_torch_distributed(comm, timeout_s=120)
-    group = new_group([0, 1], backend=train_group_backend("cuda", torch.cuda.is_available()))
-    model = shard_model(tiny_llama().to(trainer_device("cuda", rank)), group)
+    group = new_group([0, 1], backend=train_group_backend(device, torch.cuda.is_available()))
+    model = shard_model(tiny_llama().to(trainer_device(device, rank)), group)
     config = base_config(out / f"model-{rank}")
     result = step_and_round_trip(config, model, group, 2, rank, out / "ckpt")
     print(json.dumps({"trainer_pair": result}), flush=True)
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "cuda")
