@@ -65,12 +65,16 @@ def build_actor(cfg: RoleMap, dist: Distributed, prepared: Prepared | None = Non
     if table.role == routes.train_role:
         from roles.policy.model import load_policy
 
+        device = _trainer_device(cfg, dist)
         policy = load_policy(
             cfg.model,
             dist.train_group,
             shard=table.role == "trainer" and dist.train_group is not None,
             reference=cfg.algorithm.needs_reference,
+            device=device,
         )
+        if device is not None:
+            policy.send_device = _send_device(cfg, device, announce=table.index == 0)
     elif table.role == "generator":
         # Before the exchange below: it loads while the trainers load the policy.
         engine = _engine(cfg, dist, prepared=prepared)
@@ -94,6 +98,25 @@ def build_actor(cfg: RoleMap, dist: Distributed, prepared: Prepared | None = Non
         cfg, dist, routes, schedule, policy=policy, transport=transport, engine=engine, prepared=prepared, resume=resume
     )
     return build(context)
+
+
+def _trainer_device(cfg: RoleMap, dist: Distributed):
+    """A trainer rank's device (``world.trainer.device``); None on colocated ranks (the CPU)."""
+    if dist.role_table.role != "trainer":
+        return None
+    from roles.policy.placement import trainer_device
+
+    return trainer_device(cfg.world.trainer.device, dist.gpu_slot)
+
+
+def _send_device(cfg: RoleMap, device, announce: bool) -> str:
+    """Where the trainers' weight sync sends from (``roles.policy.weight_transport.send_device``)."""
+    from roles.policy.weight_transport import send_device
+
+    out = send_device(cfg.weights.transport, device.type)
+    if announce and out != device.type:
+        print(f"mpirl: weights: trainers on {device.type} send through {out} memory (one copy a push)", flush=True)
+    return out
 
 
 def _generator_need(cfg: RoleMap):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -69,6 +69,9 @@ class GeneratorGroup(EngineConfig):
 
 class TrainerGroup(Section):
     ranks: int = Field(1, ge=0)  # trainer ranks (0 only in colocated mode); > 1 shards with FSDP2
+    # Where each trainer rank trains: cuda takes its GPU slot (launch/distributed.py gpu_slot),
+    # auto takes it when the rank sees a GPU. cpu by default: CUDA placement is opt-in.
+    device: Literal["cpu", "cuda", "auto"] = "cpu"
 
 
 def _shorthand(value):
@@ -104,6 +107,11 @@ class World(Section):
     @model_validator(mode="after")
     def _one_layout(self) -> World:
         if self.colocated.ranks:
+            if self.trainer.device != "cpu":
+                raise ValueError(
+                    f"world.trainer.device ({self.trainer.device}) places trainer ranks; colocated ranks "
+                    "train on the CPU, where their torch engine samples with the trained module: leave it out"
+                )
             if self.generator.ranks or self.trainer.ranks:
                 raise ValueError(
                     "colocated ranks generate and train themselves; set generator and "

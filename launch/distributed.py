@@ -39,8 +39,11 @@ class Distributed:
 MODEL_ROLES = ("trainer", "generator", "colocated", "critic")
 
 
-def setup_distributed(comm: MPI.Comm, roles_by_rank: list[str], train_role: str) -> Distributed:
-    """Steps 1-4 above. Collective over ``comm``: every rank calls it, in this order."""
+def setup_distributed(
+    comm: MPI.Comm, roles_by_rank: list[str], train_role: str, train_device: str = "cpu"
+) -> Distributed:
+    """Steps 1-4 above. Collective over ``comm``: every rank calls it, in this order.
+    ``train_device``: ``world.trainer.device`` (the trainers' group backend follows it)."""
     table = RoleTable(comm, roles_by_rank)
     mailbox = Mailbox(table)
     liveness_comm = comm.Dup()
@@ -50,6 +53,8 @@ def setup_distributed(comm: MPI.Comm, roles_by_rank: list[str], train_role: str)
     model_comm = comm.Split(0 if holds_model else MPI.UNDEFINED, key=comm.Get_rank())
     if not holds_model:
         return Distributed(table, mailbox, None, liveness_comm, gpu_slot=slot)
+    import torch
+
     from transports.torch_dist import init_torch_distributed, new_group
 
     init_torch_distributed(model_comm)
@@ -57,7 +62,8 @@ def setup_distributed(comm: MPI.Comm, roles_by_rank: list[str], train_role: str)
     train_ranks = [model_ranks.index(r) for r in table.ranks(train_role)]
     critic_ranks = [model_ranks.index(r) for r in table.ranks("critic")]
     # new_group is collective over the whole torch world, members or not.
-    group = new_group(train_ranks) if len(train_ranks) > 1 else None
+    backend = train_group_backend(train_device, torch.cuda.is_available()) if train_role == "trainer" else None
+    group = new_group(train_ranks, backend=backend) if len(train_ranks) > 1 else None
     critics = new_group(critic_ranks) if len(critic_ranks) > 1 else None
     train_group = group if table.role == train_role else None
     critic_group = critics if table.role == "critic" else None
@@ -71,7 +77,26 @@ def gpu_slot(comm: MPI.Comm, role: str) -> int:
     roles = node.allgather(role)
     me = node.Get_rank()
     node.Free()
+    return node_slot(roles, me)
+
+
+def node_slot(roles: list[str], me: int) -> int:
+    """The GPU slot of the ``me``-th rank of a node whose ranks (in rank order) play ``roles``
+    (``gpu_slot`` without the communicator; the launch's device check reckons with it too)."""
     models = [i for i, r in enumerate(roles) if r in MODEL_ROLES]
-    if role in MODEL_ROLES:
+    if roles[me] in MODEL_ROLES:
         return models.index(me)
     return len(models) + sum(1 for r in roles[:me] if r == "reward")
+
+
+# The trainers' group on CUDA: NCCL for CUDA tensors (FSDP2's all-gathers and reduce-scatters),
+# gloo beside it for the CPU ones (the step's scalars, DCP's plans, roles/trainer_group.py).
+CUDA_TRAIN_BACKEND = "cpu:gloo,cuda:nccl"
+
+
+def train_group_backend(device: str, cuda_available: bool) -> str | None:
+    """The backend of the trainers' torch group for ``world.trainer.device``: None (the torch
+    world's own: gloo on a CPU host) for trainers on the CPU, :data:`CUDA_TRAIN_BACKEND` on CUDA."""
+    from roles.policy.placement import wants_cuda
+
+    return CUDA_TRAIN_BACKEND if wants_cuda(device, cuda_available) else None

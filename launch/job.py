@@ -59,7 +59,7 @@ def run_rank(
         t = time.time()
         _limit_torch_threads(role)
         wait_for_all(world)  # asleep while the slower ranks finish importing (runtime/backoff.py)
-        dist = setup_distributed(world, roles, cfg.routes().train_role)
+        dist = setup_distributed(world, roles, cfg.routes().train_role, cfg.world.trainer.device)
         phases.append(("start.distributed", t, t := time.time()))
         built = []  # the actor, once built
         heartbeat = _start_heartbeat(cfg, dist, roles, built)  # from now on, while it loads its model too

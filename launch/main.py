@@ -64,9 +64,11 @@ def _prepare(cfg: RoleMap, config_path: str, overrides=()):
     # and the dashboards started: one that cannot start is a config error before any work.
     world = MPI.COMM_WORLD
     prepared, resume, problem = None, None, None
-    hosts = world.gather(MPI.Get_processor_name(), root=0)
+    from launch.preflight.devices import rank_report
+
+    reports = world.gather(rank_report(cfg, world.Get_rank(), MPI.Get_processor_name()), root=0)
     if world.Get_rank() == 0:
-        prepared, resume, problem = _prepare_on_rank_0(cfg, hosts)
+        prepared, resume, problem = _prepare_on_rank_0(cfg, reports)
     else:
         _warm_imports(cfg)  # while rank 0 prepares the data
     tokenizer = (prepared.tokenizer_class, prepared.stop_ids) if prepared is not None else (None, ())
@@ -83,13 +85,17 @@ def _prepare(cfg: RoleMap, config_path: str, overrides=()):
     return prepared, resume
 
 
-def _prepare_on_rank_0(cfg: RoleMap, hosts: list[str]) -> tuple:
-    """(what rank 0 prepared, the resume, the problem as (exit code, message) or None)."""
+def _prepare_on_rank_0(cfg: RoleMap, reports: list) -> tuple:
+    """(what rank 0 prepared, the resume, the problem as (exit code, message) or None).
+    ``reports``: every rank's ``launch.preflight.devices.RankReport``."""
     from launch.builders import prepare_controller
+    from launch.preflight.devices import device_problem
     from launch.resume import find_resume
     from roles.observe.backends import BackendError
 
-    prepared, resume = None, None
+    prepared, resume, hosts = None, None, [r.host for r in reports]
+    if why := device_problem(cfg.world.trainer.device, reports):
+        return prepared, resume, (EXIT_CONFIG, why)
     try:
         resume = find_resume(cfg)
         prepared = prepare_controller(cfg, resume)

@@ -252,7 +252,7 @@ class TrainerActor(Actor):
             prompts, responses, mus, masks = zip(*chunk)
             ref_logp, mask = response_logprobs(self.reference, list(prompts), list(responses), self.temperature)
             mask = loss_mask(list(masks), mask)
-            mu = pad(mus, 0.0, torch.float32)[:, : ref_logp.shape[1]]
+            mu = pad(mus, 0.0, torch.float32)[:, : ref_logp.shape[1]].to(ref_logp.device)
             kl = kl_terms(mu, ref_logp.float(), mask, self.config.kl_estimator).sum(dim=1)
             if start is not None:
                 sums.extend((self.config.kl_coef * kl).tolist())
@@ -286,7 +286,7 @@ class TrainerActor(Actor):
         else:
             logp, mask = response_logprobs(self.model, prompts, responses, self.temperature)
         mask = loss_mask(masks, mask)  # an episode's observations are never trained
-        mu = pad(mus, 0.0, torch.float32)[:, : logp.shape[1]]
+        mu = pad(mus, 0.0, torch.float32)[:, : logp.shape[1]].to(logp.device)  # a trainer on CUDA: there
         # One advantage per sample (group baselines), or one per token (a critic's GAE).
         if len(advs) and not np.isscalar(advs[0]):
             adv = pad(advs, 0.0, torch.float32)[:, : logp.shape[1]]

@@ -1,5 +1,6 @@
-"""Every rank's random states (Python, numpy, and torch where the rank has it), saved into a
-checkpoint as ``rng/rank-NNNNN.pkl`` and restored on resume."""
+"""Every rank's random states (Python, numpy, and torch where the rank has it: its CUDA
+generator's too on a rank that uses a GPU), saved into a checkpoint as ``rng/rank-NNNNN.pkl``
+and restored on resume."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ def rng_state() -> dict:
     torch = sys.modules.get("torch")
     if torch is not None:
         state["torch"] = torch.get_rng_state().numpy().tobytes()
+        if torch.cuda.is_initialized():  # a rank on a GPU (a trainer placed there, a generator)
+            state["cuda"] = torch.cuda.get_rng_state().numpy().tobytes()  # its current device's
     return state
 
 
@@ -33,6 +36,9 @@ def set_rng_state(state: dict) -> None:
         if not isinstance(saved, torch.Tensor):  # bytes, as rng_state writes it
             saved = torch.frombuffer(bytearray(saved), dtype=torch.uint8)
         torch.set_rng_state(saved)
+    cuda = state.get("cuda")
+    if torch is not None and cuda is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(torch.frombuffer(bytearray(cuda), dtype=torch.uint8))
 
 
 def rng_file(path: str | Path, rank: int) -> Path:

@@ -10,7 +10,7 @@ Knows nothing of messages or generators; ``roles.policy.weight_transport`` build
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -28,16 +28,24 @@ class Policy:
     # The frozen starting weights, sharded like ``model``: GRPO's KL anchor (kl_coef > 0 only).
     reference: torch.nn.Module | None = None
     lora: object = None  # model.lora (a LoraConfig): the model carries adapters on a frozen base
+    # Where the weight sync sends from (roles.policy.weight_transport.send_device): the model's
+    # own device, or the CPU for a trainer on CUDA whose generators receive into host memory.
+    send_device: str = "cpu"
+    _staged: list = field(default_factory=list, repr=False)  # the last CPU copies, alive while sent
 
     def local_params(self):
         """What this rank sends in a weight sync: its rows of every parameter (no copy); with
-        LoRA, of the adapters only (the generators hold the same frozen base)."""
+        LoRA, of the adapters only (the generators hold the same frozen base). A CUDA model
+        sending from the CPU hands fresh host copies (one device-to-host copy a push)."""
         shards = local_shards(self.model)
-        if self.lora is None:
-            return shards
-        from roles.models.lora import is_adapter
+        if self.lora is not None:
+            from roles.models.lora import is_adapter
 
-        return [s for s in shards if is_adapter(s.name)]
+            shards = [s for s in shards if is_adapter(s.name)]
+        if all(s.tensor.device.type == self.send_device for s in shards):
+            return shards
+        self._staged = [s._replace(tensor=s.tensor.to(self.send_device)) for s in shards]
+        return self._staged
 
     def save(self, out_dir: str | Path, is_leader: bool) -> None:
         """Write a Hugging Face folder. Collective over the trainers when sharded.
@@ -60,7 +68,10 @@ class Policy:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         save_file(
-            {n: t.contiguous() for n, t in state.items()}, str(out / "model.safetensors"), metadata={"format": "pt"}
+            # .cpu(): a trainer on CUDA writes from host memory (a CPU tensor is returned as it is)
+            {n: t.contiguous().cpu() for n, t in state.items()},
+            str(out / "model.safetensors"),
+            metadata={"format": "pt"},
         )
         self.model.config.save_pretrained(out)
         if getattr(self.model, "generation_config", None) is not None:
@@ -95,8 +106,9 @@ def disable_dropout(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def load_policy(model, group, *, shard: bool, reference: bool) -> Policy:
-    """Load the policy (and, with ``reference``, its frozen copy) and shard both over ``group``.
+def load_policy(model, group, *, shard: bool, reference: bool, device=None) -> Policy:
+    """Load the policy (and, with ``reference``, its frozen copy) onto ``device`` (None: the
+    CPU, where it loads) and shard both over ``group``.
 
     Collective over ``group`` when ``shard`` (FSDP2 keeps each rank's rows of what it loaded).
     """
@@ -107,6 +119,9 @@ def load_policy(model, group, *, shard: bool, reference: bool) -> Policy:
         policy = inject_lora(policy, model.lora)
     # With LoRA the reference is the policy's own frozen base, its adapters switched off.
     frozen = load_model(model).requires_grad_(False).eval() if reference and model.lora is None else None
+    if device is not None and torch.device(device).type != "cpu":
+        policy = policy.to(device)
+        frozen = frozen.to(device) if frozen is not None else None
     if shard:
         policy = shard_model(policy, group)
         if frozen is not None:

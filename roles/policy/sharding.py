@@ -42,8 +42,20 @@ def shard_model(
     """
     if group is None or dist.get_world_size(group) == 1:
         return model
-    device_type = next(model.parameters()).device.type
+    device_type = next(model.parameters()).device.type  # cuda: a trainer placed on its GPU
     mesh = trainer_mesh(group, device_type)
+    return shard_over(model, mesh, mp_policy=mp_policy, reshard_after_forward=reshard_after_forward)
+
+
+def shard_over(
+    model: nn.Module,
+    mesh: DeviceMesh,
+    *,
+    mp_policy: MixedPrecisionPolicy | None = None,
+    reshard_after_forward: bool | None = None,
+) -> nn.Module:
+    """FSDP2 over ``mesh``, each decoder layer its own group and the root the rest (what
+    :func:`shard_model` does over more than one trainer; a test may shard over a mesh of one)."""
     kw = dict(mesh=mesh, reshard_after_forward=reshard_after_forward, mp_policy=mp_policy or MixedPrecisionPolicy())
     for layer in spec_for(model).decoder_layers(model):
         fully_shard(layer, **kw)

@@ -23,6 +23,36 @@ class WeightsConfig(Section):
     bucket_mb: int = Field(64, gt=0, le=1 << 16)  # flat buffer size for bucketed point-to-point sends
 
 
+# Where generators stage what they receive: host memory, for every engine (the torch engine
+# samples on the CPU; vLLM copies the tensors onto its own device as it loads them).
+RECEIVE_DEVICE = "cpu"
+
+
+def send_device(kind: str, trainer_device: str, receive_device: str = RECEIVE_DEVICE) -> str:
+    """The device trainers on ``trainer_device`` send their shards from, for weight transport
+    ``kind`` (auto|torch|mpi) and generators staging on ``receive_device``; ValueError naming
+    the field for a pair no transport moves.
+
+    Both transports move bytes between buffers of one kind at both ends here (torch: gloo from
+    CPU to CPU, NCCL from GPU to GPU, never between; mpi: GPU buffers only with a CUDA-aware
+    MPI, which ``MPIChannel.check_device`` asks at start-up). So CUDA shards sent to generators that receive on
+    the CPU go through host memory: one device-to-host copy of this rank's rows a push
+    (``roles.policy.model.Policy.local_params``), then the transport ``kind`` resolves to as for
+    CPU trainers. Two processes on one GPU (a single-GPU job) cannot use NCCL between them
+    anyway: this is the path that works there.
+    """
+    if kind not in ("auto", "torch", "mpi"):
+        raise ValueError(f"weights.transport: unknown transport {kind!r}: expected auto, torch or mpi")
+    if trainer_device == receive_device:
+        return trainer_device
+    if receive_device == "cpu":
+        return "cpu"
+    raise ValueError(
+        f"world.trainer.device: trainers on {trainer_device} cannot send to generators staging on "
+        f"{receive_device} (gloo and NCCL do not cross devices): place the trainers on {receive_device}"
+    )
+
+
 def resolve_transport(kind: str, placements: list[tuple[str, str | None, bool]], synchronous: bool) -> str:
     """The transport ``kind`` means for ranks at ``placements``: each model rank's host, the
     device type of its trainer shards (None for a rank without) and whether MPI's shared memory
