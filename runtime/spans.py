@@ -22,6 +22,7 @@ import json
 import math
 import os
 import resource
+import socket
 import sys
 import time
 from pathlib import Path
@@ -129,6 +130,9 @@ class Spans:
             "peak_rss_bytes": peak_rss_bytes(),
             # torch costs seconds of start-up: the trace shows which ranks imported it.
             "torch_imported": "torch" in sys.modules,
+            # What MPICH's mpiexec names a dead rank by: its process id, on its host.
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
         }
         return json.dumps(header) + "\n"
 

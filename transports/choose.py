@@ -11,7 +11,7 @@ compiled one is used when it was built and is built for the MPI that mpi4py load
 Each MPI family gets its own build folder (``transports/built/<mpi>/``, with its record
 ``build.json``), so environments on Open MPI and on MPICH can share one source tree: the
 folder of the loaded MPI joins the ``transports`` and ``runtime`` packages' search paths just
-before the modules are imported.
+before the modules are imported (:func:`expose`).
 """
 
 from __future__ import annotations
@@ -59,15 +59,12 @@ def build_folder(vendor: str) -> Path:
     return BUILT / (re.sub(r"[^a-z0-9]+", "-", vendor.lower()).strip("-") or "mpi")
 
 
-def _expose(folder: Path) -> None:
-    """Let ``transports.fast_*`` and ``runtime.fast_mailbox`` be imported from ``folder``."""
-    import runtime
-    import transports
-
-    for package in (transports, runtime):
-        sub = str(folder / package.__name__)
-        if sub not in package.__path__:
-            package.__path__.append(sub)
+def expose(folder: Path, package) -> None:
+    """Let ``package``'s compiled modules be imported from the build ``folder`` (the mailbox's
+    compiled path, runtime/fast_mailbox, is exposed the same way by runtime/mailbox.py)."""
+    sub = str(folder / package.__name__)
+    if sub not in package.__path__:
+        package.__path__.append(sub)
 
 
 @functools.cache
@@ -89,7 +86,9 @@ def compiled_transport():
         pass
     if built_for != loaded:  # checked before importing: the module is linked to its MPI's library
         return f"built for {built_for}, but mpi4py loaded {loaded} (python -m transports.build)"
-    _expose(folder)
+    import transports
+
+    expose(folder, transports)
     try:
         from transports import fast_transport
     except ImportError as e:

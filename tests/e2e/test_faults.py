@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from launch import preflight, recipe
-from launch.cli import mpiexec_command
+from launch.cli import is_open_mpi, mpiexec_command
 from support.jobs import CONFIG, run_job_capturing, run_timed
 from support.paths import REPO
 
@@ -124,7 +124,8 @@ def _rank_pid(root: int, rank: int) -> int:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if f"OMPI_COMM_WORLD_RANK={rank}".encode() in environ and b"launch" in _processes().get(pid, (0, []))[1]:
+        ranked = {f"OMPI_COMM_WORLD_RANK={rank}".encode(), f"PMI_RANK={rank}".encode()}  # Open MPI, MPICH
+        if ranked & set(environ) and b"launch" in _processes().get(pid, (0, []))[1]:
             return pid
     raise LookupError(f"no rank {rank}")
 
@@ -223,8 +224,10 @@ def test_a_rank_that_raises_is_killed_or_deadlocks_ends_the_job_naming_rank_and_
     elif kind == "hang":  # the controller names the rank that stands still
         assert f"rank {rank} ({role}) is alive but its loop has made no progress" in text, text[-3000:]
         assert "rank 0 (controller) failed with TimeoutError" in text
-    else:  # Open MPI's own report names the rank; the table printed at the start names its role
+    elif is_open_mpi(cmd[0]):  # its report names the rank; the table printed at the start names its role
         assert f"rank {rank} " in text and ("signal 9" in text or "Killed" in text), text[-3000:]
+    else:  # MPICH's hydra names the process (PID) and its signal
+        assert "BAD TERMINATION" in text and "Killed (signal 9)" in text, text[-3000:]
     deadline = time.monotonic() + 15
     while (left := _tagged_processes(tag)) and time.monotonic() < deadline:
         time.sleep(0.2)

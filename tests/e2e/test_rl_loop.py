@@ -136,6 +136,7 @@ def test_sharded_trainers_feed_two_generators(tmp_path, sft_model, transport):
         assert r["peak_rss_bytes"] > 50 << 20  # every rank holds at least Python, MPI and numpy
         # Only the ranks that hold a model import torch (the others' start-up is then cheap).
         assert r["torch_imported"] == (r["role"] in ("generator", "trainer")), r["role"]
+        assert r["pid"] > 0 and r["host"], r  # how hydra (MPICH) names a dead rank
         first_work = min(
             (s["start"] for s in r["spans"] if not s["name"].startswith(("start.", "stop."))), default=None
         )

@@ -17,11 +17,11 @@ def test_a_mailbox_on_the_compiled_transport_sends_and_polls_in_c(monkeypatch):
     choose.compiled_transport.cache_clear()
     if isinstance(found := choose.compiled_transport(), str):
         pytest.skip(f"the compiled transport is {found}")
-    from runtime.fast_mailbox import MailboxPath
-
     monkeypatch.setenv(choose.ENV, "compiled")
     mb = Mailbox(RoleTable(MPI.COMM_SELF, ["solo"]))
     try:
+        from runtime.fast_mailbox import MailboxPath  # from the build's folder, once a mailbox exposed it
+
         assert type(mb.send.__self__) is MailboxPath and mb.poll.__self__ is mb.send.__self__
         mb.send(("solo", 0), Stop("bye"))
         env = mb.wait(timeout_s=10)

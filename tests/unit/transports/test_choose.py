@@ -10,7 +10,6 @@ from mpi4py import MPI
 from transports import choose
 from transports.mpi_transport import MPITransport
 
-
 LOADED = MPI.get_vendor()[0]
 NOT_BUILT = rf"not built for {LOADED} \(python -m transports.build\)"
 
