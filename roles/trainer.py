@@ -286,12 +286,13 @@ class TrainerActor(Actor):
         else:
             logp, mask = response_logprobs(self.model, prompts, responses, self.temperature)
         mask = loss_mask(masks, mask)  # an episode's observations are never trained
-        mu = pad(mus, 0.0, torch.float32)[:, : logp.shape[1]].to(logp.device)  # a trainer on CUDA: there
+        device = logp.device  # a trainer on CUDA: the batch's tensors go there too
+        mu = pad(mus, 0.0, torch.float32)[:, : logp.shape[1]].to(device)
         # One advantage per sample (group baselines), or one per token (a critic's GAE).
         if len(advs) and not np.isscalar(advs[0]):
-            adv = pad(advs, 0.0, torch.float32)[:, : logp.shape[1]]
+            adv = pad(advs, 0.0, torch.float32)[:, : logp.shape[1]].to(device)
         else:
-            adv = torch.tensor(advs, dtype=torch.float32)
+            adv = torch.tensor(advs, dtype=torch.float32, device=device)
         ref_logp = None
         if self.config.kl_in_loss:  # with advantage: gae the critic puts the KL in the reward
             with torch.no_grad():
@@ -299,7 +300,7 @@ class TrainerActor(Actor):
         staleness = None
         if self.config.proximal == "loglinear":  # A-3PO's mix of mu and pi, by each token's age
             ages = [np.resize(np.asarray(a, np.float32), len(r)) for a, r in zip(stale, responses)]
-            staleness = pad(ages, 0.0, torch.float32)[:, : logp.shape[1]]
+            staleness = pad(ages, 0.0, torch.float32)[:, : logp.shape[1]].to(device)
         loss, m = losses.policy_loss(self.config, logp, mu, adv, mask, ref_logp, entropy, staleness, self.agg_constant)
         with torch.no_grad():  # the generator's precision (and lag) on the sampled tokens
             gap = torch.where(mask, (logp.detach() - mu).abs(), torch.zeros_like(mu))
