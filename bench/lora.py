@@ -40,21 +40,16 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from model_sizes import SIZES  # noqa: E402
+from model_sizes import SIZES, llama_config  # noqa: E402
 
 
 def build(size: str, lora_rank: int):
     """The synthetic Llama of ``size`` (random weights), with adapters if ``lora_rank``."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
-    hidden, layers, inter, vocab = SIZES[size]
     torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-        num_attention_heads=max(hidden // 64, 1), num_key_value_heads=max(hidden // 64, 1),
-        max_position_embeddings=2048, tie_word_embeddings=False,
-    )  # fmt: skip
+    cfg = llama_config(size)
     model = LlamaForCausalLM(cfg)
     if lora_rank:
         from roles.models.lora import LoraConfig, inject_lora

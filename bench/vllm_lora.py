@@ -35,24 +35,19 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from model_sizes import SIZES  # noqa: E402
+from model_sizes import SIZES, llama_config  # noqa: E402
 
 
 def write_model(size: str, out: Path) -> Path:
     """The synthetic Llama of ``size`` as a model folder vLLM loads (with a small tokenizer)."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     from examples.arith.tokens import ALPHABET
     from examples.toy.tiny_llama import save_char_tokenizer
 
-    hidden, layers, inter, vocab = SIZES[size]
     torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=vocab, hidden_size=hidden, intermediate_size=inter, num_hidden_layers=layers,
-        num_attention_heads=max(hidden // 64, 1), num_key_value_heads=max(hidden // 64, 1),
-        max_position_embeddings=2048, tie_word_embeddings=False,
-    )  # fmt: skip
+    cfg = llama_config(size)
     LlamaForCausalLM(cfg).save_pretrained(out)
     save_char_tokenizer(out, ALPHABET)
     return out
