@@ -23,7 +23,9 @@ reach the plain run's final figure (the rolling 10-step training reward, and eva
 --eval-every gives intermediate rounds).
 
     python bench/staleness.py [--staleness 0,1,2,4,8] [--configs aipo,ppo,...] [--seeds 0,1,2]
-                              [--steps 250] [--dynamic aipo] [--out runs/bench_staleness]
+                              [--steps 250] [--dynamic aipo] [--out runs/bench_staleness] [--fresh]
+
+A grid point already finished in --out with the same overrides is read back, not run again.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ CONFIGS = {
 STALENESS = (0, 1, 2, 4, 8)
 SEEDS = (0, 1, 2)
 DYNAMIC = {"rollout": {"dynamic_sampling": {"enabled": True}}}
+FINISHED = "bench_run.json"  # written in a run's folder when it ends: its overrides and wall time
 WINDOW = 10  # steps in the training reward's final mean and in the rolling mean of "steps to reach"
 # Per-step trainer metrics averaged over the run, where the configuration reports them.
 DIAGNOSTICS = (
@@ -155,10 +158,19 @@ def run_figures(run_dir: Path, wall_s: float, root: Path) -> dict:
 
 
 def run_one(run: Run, root: Path, out: Path, args) -> dict:
+    """Run one grid point, or reuse its finished run in ``out`` when it was made with the same
+    overrides (a grid of hours can then stop and go on; --fresh runs everything again)."""
     run_dir = out / run.name
     extra = overrides_for(run, root, run_dir, args.steps, args.generator_dtype, args.eval_examples, args.eval_every)
+    finished = run_dir / FINISHED
+    if not args.fresh and finished.exists():
+        record = json.loads(finished.read_text())
+        if record.get("overrides") == extra:
+            return run_figures(run_dir, record["wall_s"], root)
+    finished.unlink(missing_ok=True)
     cfg = recipe.write_config(CONFIG, run_dir, extra)
     wall_s = recipe.run_job(cfg, timeout_s=args.timeout_s, quiet=True)
+    finished.write_text(json.dumps({"overrides": extra, "wall_s": wall_s}))
     return run_figures(run_dir, wall_s, root)
 
 
@@ -247,6 +259,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--prepare-seed", type=int, default=0, help="the seed of the data and warm start")
     parser.add_argument("--timeout-s", type=float, default=3600, help="per run")
     parser.add_argument("--out", default="runs/bench_staleness")
+    parser.add_argument("--fresh", action="store_true", help="rerun grid points already finished in --out")
     args = parser.parse_args(argv)
     if args.steps < WINDOW:
         parser.error(f"--steps must be at least {WINDOW} (the training reward is a {WINDOW}-step mean)")

@@ -111,7 +111,7 @@ def test_rolling_mean_and_steps_to_reach():
 
 
 def write_run(run_dir, rewards, evals, trainer_extra=None):
-    run_dir.mkdir(parents=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
     trainer = {"logp_mismatch_mean": 0.01, **(trainer_extra or {})}
     lines = [{"step": i, "reward_mean": r, "staleness_mean": 1.0, "trainer": trainer} for i, r in enumerate(rewards)]
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
@@ -171,3 +171,26 @@ def test_the_dynamic_line_counts_steps_to_the_plain_runs_final_reward():
     assert (reward["plain_median"], reward["dynamic_median"]) == (3, 1)  # seeds where both reach it
     assert line["steps_to_pass1"]["per_seed"]["0"] == {"target": 0.3, "plain": 3, "dynamic": 2}
     assert line["dynamic_pass1"]["median"] == pytest.approx(0.275)
+
+
+def test_a_finished_run_is_reused_and_a_changed_one_runs_again(root, tmp_path, monkeypatch):
+    """A grid stopped half way goes on: a point finished with the same overrides is read back;
+    other overrides, or --fresh, run it again."""
+    jobs = []
+
+    def fake_job(cfg, timeout_s=None, quiet=False):
+        run_dir = cfg.parent
+        write_run(run_dir, [0.1 * i for i in range(12)], [{"step": 12, "pass@1": 0.3}])
+        jobs.append(run_dir.name)
+        return 42.0
+
+    monkeypatch.setattr(bench.recipe, "run_job", fake_job)
+    out = tmp_path / "out"
+    run = bench.Run("aipo", 1, 0)
+    args = bench.parse_args(["--configs", "aipo", "--steps", "12"])
+    first = bench.run_one(run, root, out, args)
+    again = bench.run_one(run, root, out, args)
+    assert jobs == [run.name] and again["wall_s"] == first["wall_s"] == 42.0
+    bench.run_one(run, root, out, bench.parse_args(["--configs", "aipo", "--steps", "13"]))
+    bench.run_one(run, root, out, bench.parse_args(["--configs", "aipo", "--steps", "13", "--fresh"]))
+    assert jobs == [run.name] * 3
