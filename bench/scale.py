@@ -1,6 +1,7 @@
 """The control plane as generator ranks grow: one JSON line per layout (generators x mode).
 
     python bench/scale.py [--generators 1,2,4,8,16,32] [--modes sync,async] [--rollouts batch,stream] [--steps 12]
+                          [--max-staleness 1] [--oversample 0.5] [--train-token-s 5e-5]
 
 Real generation on 32 ranks cannot run on 2 cores, but the control plane can when the work is
 modelled: the generators run the ``sim`` engine (``roles/engines/sim_engine.py``: it sleeps for
@@ -86,7 +87,7 @@ def layout(args, generators: int, mode: str, model_dir: Path, out: Path, rollout
         **({} if args.weight_transport is None else {"weights": {"transport": args.weight_transport}}),
         "run": {
             "steps": args.steps,
-            "max_staleness": 0 if mode == "sync" else 1,
+            "max_staleness": 0 if mode == "sync" else args.max_staleness,
             "seed": 0,
             "out": str(out),
             "progress": False,
@@ -122,6 +123,7 @@ def layout(args, generators: int, mode: str, model_dir: Path, out: Path, rollout
         "mode": mode,
         "rollout": rollout,
         "oversample": args.oversample if rollout == "stream" else 0.0,
+        "max_staleness": 0 if mode == "sync" else args.max_staleness,
         "ranks": generators + 3,
         "steps": args.steps,
         "lengths": args.lengths,
@@ -194,6 +196,7 @@ def main() -> None:
     ap.add_argument("--modes", default="sync,async")
     ap.add_argument("--rollouts", default="batch", help="rollout.mode of each layout: batch, stream or both")
     ap.add_argument("--oversample", type=float, default=0.0, help="rollout.oversample of the stream layouts")
+    ap.add_argument("--max-staleness", type=int, default=1, help="run.max_staleness of the async layouts")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--prompts", type=int, default=64, help="prompts a step (divisible by every generator count)")
