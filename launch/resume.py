@@ -6,10 +6,11 @@ with; resuming is refused where a change would make the continuation wrong — a
 another task or data, another seed, a colocated layout for a disaggregated one — and allowed
 where it is harmless (more or fewer steps, eval and checkpoint intervals, logging, the number
 of trainers or generators: torch.distributed.checkpoint reshards the policy). Refused too: a
-``run.steps`` below the steps the checkpoint has done (there is no going back to fewer), and
-training prompts that are not those the checkpoint's data position indexes (``check_data``). A
-checkpoint whose small files are damaged is refused the same way, naming the file; nothing is
-removed.
+``run.steps`` below the steps the checkpoint has done (there is no going back to fewer), partial
+rollouts and dynamic sampling both turned off (their checkpoints hold examples taken but not
+yet trained, which only they hand out again), and training prompts that are not those the
+checkpoint's data position indexes (``check_data``). A checkpoint whose small files are
+damaged is refused the same way, naming the file; nothing is removed.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from roles.checkpoint.resume import (
     steps_done,
 )
 from roles.prompt_stream import data_changed, fingerprint
+from roles.sections.rollout import RolloutConfig
 
 # Dotted fields that must be the same as when the checkpoint was written, and why.
 MUST_MATCH = {
@@ -58,6 +60,19 @@ def check_compatible(cfg: RoleMap, path: Path) -> None:
                 f"{field}: differs from the checkpoint's ({path}): {why}; "
                 f"was {_get(saved, field)!r}, now {_get(now, field)!r} (or set run.resume: never)"
             )
+    if _hands_out_ahead(saved.get("rollout")) and not _hands_out_ahead(now["rollout"]):
+        raise ConfigError(
+            f"rollout.oversample, rollout.dynamic_sampling: the checkpoint ({path}) was written with partial "
+            "rollouts or dynamic sampling, so its data position is past examples taken but not yet trained, "
+            "which only a run with one of them on hands out again; with both off they would be skipped: keep "
+            f"the checkpoint's (oversample {_get(saved, 'rollout.oversample') or 0}) or set run.resume: never"
+        )
+
+
+def _hands_out_ahead(rollout: dict | None) -> bool:
+    """Partial rollouts or dynamic sampling: the controller's slot book, whose checkpoints carry examples."""
+    r = RolloutConfig.model_validate(rollout or {})
+    return r.oversample > 0 or r.dynamic_sampling.enabled
 
 
 def find_resume(cfg: RoleMap) -> Resume | None:

@@ -165,3 +165,21 @@ def test_a_lora_checkpoint_whose_base_changed_or_is_gone_is_a_config_error(base_
         config.ConfigError, match=rf"model\.path: .*not the one its adapters were trained on: {name} was"
     ):
         find_resume(cfg)
+
+
+def test_turning_partial_rollouts_and_dynamic_sampling_off_across_a_resume_is_refused(base_config, tmp_path):
+    """Their checkpoints' data position is past examples still in flight (``carry``), which only a
+    run with a slot book hands out again: with both off they would be skipped."""
+    ahead = {"rollout.mode": "stream", "rollout.oversample": 0.5}
+    write_checkpoint(run_config(base_config, tmp_path, **ahead).checkpoints(), 2)
+    with pytest.raises(config.ConfigError, match=r"rollout\.oversample, rollout\.dynamic_sampling: .*oversample 0\.5"):
+        find_resume(run_config(base_config, tmp_path, **{"rollout.mode": "stream"}))
+    assert find_resume(run_config(base_config, tmp_path, **{**ahead, "rollout.oversample": 0.25})).steps_done == 2
+    dynamic = {"rollout.mode": "stream", "rollout.dynamic_sampling": True}
+    assert find_resume(run_config(base_config, tmp_path, **dynamic)).steps_done == 2  # the other one on: kept
+
+
+def test_turning_partial_rollouts_on_across_a_resume_is_allowed(base_config, tmp_path):
+    write_checkpoint(run_config(base_config, tmp_path).checkpoints(), 2)
+    ahead = {"rollout.mode": "stream", "rollout.oversample": 0.5}
+    assert find_resume(run_config(base_config, tmp_path, **ahead)).steps_done == 2
