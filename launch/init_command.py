@@ -133,6 +133,9 @@ def _training(task: str, m: Machine, lay: Layout, params: int | None, new_tokens
             ("samples_per_prompt", 8, "the group each advantage is measured against"),
             new_tokens,
             ("temperature", 1.0, "sample the policy as it is: AIPO corrects the rest"),
+            ("mode", "stream", "continuous batching, groups out as they end, weights loaded mid-generation")
+            if gpu
+            else ("mode", "batch", "repeats exactly at a seed; on shared cores the stream gains little"),
         ],
         "algorithm": [
             ("loss", "aipo", "LlamaRL's off-policy loss, made for async (max_staleness 1)"),

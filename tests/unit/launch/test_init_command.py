@@ -46,7 +46,7 @@ def test_a_cpu_file_passes_check_as_it_is_data_included(dummy_model, tmp_path, c
     assert code == 0, err
     cfg = preflight.load("arith.yaml")
     assert cfg.world.counts() == {"controller": 1, "generator": 1, "reward": 1, "trainer": 1}
-    assert (cfg.world.generator.engine, cfg.model.dtype) == ("torch", "float32")
+    assert (cfg.world.generator.engine, cfg.model.dtype, cfg.rollout.mode) == ("torch", "float32", "batch")
     assert [c.name for c in cfg.reward.components] == ["arith_exact"]  # the task's default, written out
     assert cfg.eval.enabled and cfg.run.out == "runs/arith"
 
@@ -72,6 +72,7 @@ def test_the_gpus_torch_finds_size_the_file(dummy_model, tmp_path, capsys, monke
     cfg = preflight.load(out)
     assert (cfg.world.generator.ranks, cfg.world.trainer.ranks, cfg.world.size) == (2, 2, 6)
     assert (cfg.world.generator.engine, cfg.model.dtype, cfg.weights.transport) == ("vllm", "bfloat16", "torch")
+    assert cfg.rollout.mode == "stream"  # generators on their own GPUs: the stream pays (docs/log.md)
     assert "torch.cuda.device_count()" in out.read_text().splitlines()[0]
 
 
