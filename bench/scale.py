@@ -23,7 +23,9 @@ default; ``--lengths lognormal`` draws a long tail). Per layout:
   (the target at 32 generators: <= 1.10). With drawn lengths ``t_gen`` is the generators' mean
   modelled time, so in sync mode the ratio also holds the wait for the slowest generator;
 - ``controller_busy``: the share of the measured steps' time the controller's loop spent
-  working (target < 0.10), ``controller_msgs_per_step`` and ``controller_msgs_per_s``;
+  working (target < 0.10), ``controller_busy_cpu`` the same in the CPU seconds of that work
+  (with more ranks than cores, wall seconds in a turn include the time the OS ran other
+  ranks), ``controller_msgs_per_step`` and ``controller_msgs_per_s``;
 - ``tail_wait_share``: of the generators' time inside the engine, the share their rows spent
   finished, waiting for their batch's longest sample (``generator_tail_wait_s``: the gap that
   partial rollouts and continuous batching close; large with ``--lengths lognormal``; with
@@ -116,6 +118,7 @@ def layout(args, generators: int, mode: str, model_dir: Path, out: Path, rollout
     # one's, so per-step counts move between neighbours while their sums do not.
     warm_s = sum(m["step_s"] for m in warm)
     busy = sum(m["busy"].get("controller", 0.0) * m["step_s"] for m in warm) / warm_s
+    busy_cpu = sum((m.get("controller_busy_cpu") or 0.0) * m["step_s"] for m in warm) / warm_s
     msgs_per_step = sum(m.get("controller_messages", 0) for m in warm) / len(warm)
     return {
         "bench": "scale",
@@ -133,6 +136,7 @@ def layout(args, generators: int, mode: str, model_dir: Path, out: Path, rollout
         "t_gen_model_s": round(t_gen, 4),
         "t_train_model_s": round(t_train, 4),
         "controller_busy": round(busy, 4),
+        "controller_busy_cpu": round(busy_cpu, 4),
         "controller_msgs_per_step": round(msgs_per_step, 1),
         "controller_msgs_per_s": round(msgs_per_step * len(warm) / warm_s, 1),
         "tail_wait_share": round(

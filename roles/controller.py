@@ -79,6 +79,7 @@ class Observers:
 class ControllerActor(CoordinatesCheckpoints, HandsOutPartialRollouts, ForwardsStopSignals, Actor):
     Config = ControllerConfig  # the role map's run: section
     slots: SlotBook | None = None  # rollout.oversample or dynamic_sampling: set in __init__
+    cpu_clock = True  # its busy share in CPU seconds too: "controller_busy_cpu" in each step's line
 
     def __init__(
         self,
@@ -154,6 +155,7 @@ class ControllerActor(CoordinatesCheckpoints, HandsOutPartialRollouts, ForwardsS
         self.t_start = time.perf_counter() - elapsed_before  # elapsed_s continues over a resume
         self.t_last_step = time.perf_counter()
         self._busy_at_last_step, self._handled_at_last_step = 0.0, 0  # busy_s, messages_handled then
+        self._busy_cpu_at_last_step = 0.0
 
     def on_start(self) -> None:
         """The first prompts (after an eval round before training, or the one in flight when a
@@ -334,6 +336,7 @@ class ControllerActor(CoordinatesCheckpoints, HandsOutPartialRollouts, ForwardsS
         step_s = now - self.t_last_step
         controller = {
             "busy": round((self.busy_s - self._busy_at_last_step) / max(step_s, 1e-9), 4),
+            "busy_cpu": round((self.busy_cpu_s - self._busy_cpu_at_last_step) / max(step_s, 1e-9), 4),
             "messages": self.messages_handled - self._handled_at_last_step,
             "elapsed_s": now - self.t_start,
         }
@@ -351,6 +354,7 @@ class ControllerActor(CoordinatesCheckpoints, HandsOutPartialRollouts, ForwardsS
             record["critic"] = critic
         self.t_last_step = now
         self._busy_at_last_step, self._handled_at_last_step = self.busy_s, self.messages_handled
+        self._busy_cpu_at_last_step = self.busy_cpu_s
         self.log.step(record, shown)
         preempted = bool(m.metrics.get("preempted"))
         if self.checkpoints is not None and (preempted or self.schedule.checkpoint_due(m.step + 1)):

@@ -35,6 +35,9 @@ class Actor:
     # The idle back-off (runtime/backoff.py says why these values); a subclass may change them.
     min_idle_sleep_s = MIN_SLEEP_S
     max_idle_sleep_s = MAX_SLEEP_S
+    # Also count busy turns' CPU seconds (busy_cpu_s): a rank sharing a core with others spends
+    # wall time in a turn while the OS runs them. Off by default: a clock read per loop turn.
+    cpu_clock = False
 
     def __init__(self, mailbox: Mailbox):
         self.mailbox = mailbox
@@ -46,6 +49,7 @@ class Actor:
         self._dispatched = 0
         # Seconds of turns that did work (idle polls and back-off sleeps left out).
         self.busy_s = 0.0
+        self.busy_cpu_s = 0.0  # of those turns, the CPU seconds of this thread (only with cpu_clock)
         # When the real work ended (time.time()), if the actor says; from then on is "stop.finish".
         self.work_done_at: float | None = None
         self._handlers = {}
@@ -121,9 +125,11 @@ class Actor:
         backoff = Backoff(self.min_idle_sleep_s, self.max_idle_sleep_s)
         preempted = False
         spans = self.spans
+        cpu_clock = self.cpu_clock
         while self.running:
             LOOP.tick()  # a turn is progress (runtime.liveness tells a stuck loop from a busy one)
             turn_started = time.perf_counter()
+            turn_cpu = time.thread_time() if cpu_clock else 0.0
             if turn_started >= spans.flush_at:  # every few seconds, so a killed run can be traced
                 spans.flush()
             if PREEMPTION.requested and not preempted:
@@ -135,6 +141,8 @@ class Actor:
             self.mailbox.progress()
             if busy:
                 self.busy_s += time.perf_counter() - turn_started
+                if cpu_clock:
+                    self.busy_cpu_s += time.thread_time() - turn_cpu
                 backoff.reset()
             else:
                 backoff.sleep()

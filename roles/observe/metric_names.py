@@ -37,6 +37,7 @@ _STEP = {
     "verifier_timeouts": "reward/verifier_timeouts",
     "nonfinite_skipped": "train/nonfinite_skipped",
     "weight_sync_bytes": "weights/sync_bytes",
+    "controller_busy_cpu": "busy/controller_cpu",
 }
 
 # The trainer's own figures (the ``trainer`` dict of a line): the optimizer and AIPO's ratio.

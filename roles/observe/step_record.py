@@ -107,6 +107,8 @@ def step_record(
         "step_s": step_s,
         "busy": {**_busy_fractions(routes, gen, scored, m.metrics, step_s), "controller": controller["busy"]},
         "controller_messages": controller["messages"],
+        # the controller's busy share in CPU seconds: without the time the OS gave other ranks
+        "controller_busy_cpu": controller.get("busy_cpu"),
         "elapsed_s": controller["elapsed_s"],
         "checkpoint_save_s": m.metrics.get("checkpoint_save_s"),
         "nonfinite_skipped": int(m.metrics.get("nonfinite_skipped", 0)),  # the update was not applied
