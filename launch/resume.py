@@ -71,7 +71,11 @@ def check_compatible(cfg: RoleMap, path: Path) -> None:
 
 def _hands_out_ahead(rollout: dict | None) -> bool:
     """Partial rollouts or dynamic sampling: the controller's slot book, whose checkpoints carry examples."""
-    r = RolloutConfig.model_validate(rollout or {})
+    try:
+        r = RolloutConfig.model_validate(rollout or {})
+    except ValueError:  # an older checkpoint's section this schema no longer reads: its raw values
+        raw = rollout if isinstance(rollout, dict) else {}
+        return bool(raw.get("oversample")) or bool(raw.get("dynamic_sampling"))
     return r.oversample > 0 or r.dynamic_sampling.enabled
 
 

@@ -4,30 +4,14 @@ asks (``cpu_clock``), their CPU seconds, which leave out the time the OS gave ot
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 
 import pytest
 
 from runtime import Actor
+from support.quiet_mailbox import QuietMailbox
 
 pytestmark = pytest.mark.timeout(30)
 TURN_S = 0.05
-
-
-class QuietMailbox:
-    """No messages, ever: the loop runs on its actor's step() alone."""
-
-    role_table = SimpleNamespace(rank=0, role="controller", index=0)
-    address = "rank 0"
-
-    def poll(self):
-        return None
-
-    def progress(self):
-        pass
-
-    def close(self):
-        pass
 
 
 def burn(seconds: float) -> None:

@@ -11,6 +11,7 @@ from launch.tools.trace import colour_of, read_spans, write_trace
 from runtime.actor import Actor
 from runtime.spans import Spans, clear_spans, process_started_at
 from support.mpi_helpers import REPO
+from support.quiet_mailbox import QuietMailbox
 
 
 def _fake_run(tmp_path):
@@ -122,25 +123,6 @@ def test_start_up_and_shutdown_phases_have_colours_of_their_own(tmp_path):
 # ------------------------------------------------------------- spans written as the run goes
 
 
-class _Table:
-    rank, role, index = 3, "trainer", 0
-
-
-class _Mailbox:
-    """What an actor's loop asks of its mailbox, with no messages."""
-
-    role_table = _Table()
-
-    def poll(self):
-        return None
-
-    def progress(self):
-        pass
-
-    def close(self):
-        pass
-
-
 def _lines(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -201,7 +183,7 @@ def test_a_crashed_rank_leaves_its_spans_up_to_the_last_flush(tmp_path, monkeypa
                 raise RuntimeError("failed")
             return True
 
-    actor = Crashes(_Mailbox())
+    actor = Crashes(QuietMailbox(rank=3, role="trainer"))
     actor.spans.add("start.build", time.time() - 1, time.time())
     actor.spans.start_file(tmp_path)
     with pytest.raises(RuntimeError, match="failed"):
