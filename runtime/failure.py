@@ -8,8 +8,12 @@ send. So the exception is logged with the rank, its role and the traceback, and 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+import stat
 import sys
+import termios
+import time
 import traceback
 
 from mpi4py import MPI
@@ -25,8 +29,30 @@ def report_and_abort(role: str, exc: BaseException, comm: MPI.Comm = MPI.COMM_WO
     )
     sys.stderr.flush()
     sys.stdout.flush()
+    wait_until_output_is_read()
     comm.Abort(code)
     os._exit(code)  # Abort does not return; this guards against an MPI that lets it
+
+
+def wait_until_output_is_read(timeout_s: float = 2.0) -> None:
+    """Wait (up to ``timeout_s``) until the launcher has read what this rank wrote to its
+    stdout and stderr pipes. MPICH's hydra forwards output and the abort on one socket, in the
+    order it read them, but an abort that reaches it first can drop the report (2 in 30 jobs)."""
+    deadline = time.monotonic() + timeout_s
+    for fd in (2, 1):
+        while _unread_bytes(fd) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+def _unread_bytes(fd: int) -> int:
+    """Bytes written to ``fd`` that its reader has not taken: a pipe's content; 0 for a file,
+    a terminal or anything that cannot say."""
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return 0
+        return int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, bytes(4)), sys.byteorder)
+    except OSError:
+        return 0
 
 
 @contextlib.contextmanager
