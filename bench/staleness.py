@@ -141,7 +141,9 @@ def run_figures(run_dir: Path, wall_s: float, root: Path) -> dict:
         pass1, source = evals[-1]["pass@1"], "controller_eval"
     else:  # no eval round: greedy on the saved policy, offline (the trainer's float32 decoding)
         pass1, source = gsm8k.heldout_accuracy(run_dir / "policy", root / "data"), "offline_heldout"
-    rewards = [m["reward_mean"] for m in metrics]
+    # With dynamic sampling reward_mean covers the kept groups only; every scored group's mean
+    # is the figure a plain run's reward_mean is (the two arms compare on it).
+    rewards = [m.get("dynamic_sampling", {}).get("reward_mean_all", m["reward_mean"]) for m in metrics]
     trainer = [m.get("trainer", {}) for m in metrics]
     diagnostics = {k: statistics.fmean(t[k] for t in trainer) for k in DIAGNOSTICS if all(k in t for t in trainer)}
     return {

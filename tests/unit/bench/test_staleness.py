@@ -129,6 +129,17 @@ def test_a_runs_figures_come_from_its_files(tmp_path):
     assert f["reward_curve"][-1] == [15, pytest.approx(0.45)] and f["eval_curve"] == [[7, 0.2], [15, 0.31]]
 
 
+def test_a_dynamic_runs_reward_counts_the_dropped_groups_too(tmp_path):
+    """Its reward_mean leaves the all-equal groups out; the figure compared is over every group."""
+    write_run(tmp_path / "r", [0.9] * 12, [{"step": 12, "pass@1": 0.3}])
+    metrics = (tmp_path / "r" / "metrics.jsonl").read_text().splitlines()
+    lines = [{**json.loads(m), "dynamic_sampling": {"reward_mean_all": 0.4}} for m in metrics]
+    (tmp_path / "r" / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in lines))
+    f = bench.run_figures(tmp_path / "r", 1.0, tmp_path)
+    assert f["train_reward"] == pytest.approx(0.4)
+    assert f["reward_curve"][-1] == [12, pytest.approx(0.4)]
+
+
 def figures(pass1, reward, wall=100.0, steps=250, curve=None, evals=None):
     return {
         "pass1": pass1,
