@@ -154,7 +154,8 @@ def run_figures(run_dir: Path, wall_s: float, root: Path) -> dict:
         "steps": len(metrics),
         "staleness_mean": statistics.fmean(m["staleness_mean"] for m in metrics),
         "diagnostics": diagnostics,
-        "reward_curve": [[i + 1, r] for i, r in enumerate(rolling(rewards))],
+        # Full windows only: a first step alone is one batch's noise, not "reached".
+        "reward_curve": [[i + 1, r] for i, r in enumerate(rolling(rewards)) if i + 1 >= WINDOW],
         "eval_curve": [[e["step"], e["pass@1"]] for e in evals],
     }
 

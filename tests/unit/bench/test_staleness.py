@@ -127,6 +127,7 @@ def test_a_runs_figures_come_from_its_files(tmp_path):
     assert f["steps"] == 15 and f["wall_s"] == 12.5 and f["staleness_mean"] == 1.0
     assert f["diagnostics"] == {"logp_mismatch_mean": pytest.approx(0.01), "clip_frac": pytest.approx(0.5)}
     assert f["reward_curve"][-1] == [15, pytest.approx(0.45)] and f["eval_curve"] == [[7, 0.2], [15, 0.31]]
+    assert f["reward_curve"][0] == [10, pytest.approx(0.1)]  # from the first full 10-step window
 
 
 def test_a_dynamic_runs_reward_counts_the_dropped_groups_too(tmp_path):
