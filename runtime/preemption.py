@@ -41,6 +41,9 @@ class Preemption:
             os.write(2, f"[mpirl] second signal {signal.Signals(signum).name}: aborting the job\n".encode())
             mpi = sys.modules.get("mpi4py.MPI")  # not imported yet, or not started: no job to abort
             if mpi is not None and mpi.Is_initialized() and not mpi.Is_finalized():
+                from runtime.failure import wait_until_output_is_read  # mpi4py is loaded by now
+
+                wait_until_output_is_read()
                 mpi.COMM_WORLD.Abort(128 + signum)
             os._exit(128 + signum)
         self.requested, self.signum, self.first_at = True, signum, now
