@@ -22,7 +22,7 @@ export PRTE_MCA_pmix_tool_support ?= 0
 export OMP_NUM_THREADS ?= 1
 export PYTHONUNBUFFERED := 1
 
-.PHONY: demo demo-gsm8k demo-tools demo-check test lint format test-unit test-mpi test-faults test-hpc test-gpu test-mpich bench venv clean
+.PHONY: demo demo-gsm8k demo-tools demo-check test lint format test-unit test-mpi test-matrix test-faults test-hpc test-gpu test-mpich bench venv clean
 
 venv: $(STAMP) $(FAST)
 
@@ -74,7 +74,13 @@ format: venv
 	$(VENV)/bin/ruff check --fix .
 
 test-unit: venv
-	$(PY) -m pytest -q --color=no -p no:cacheprovider tests/unit tests/e2e --ignore=tests/e2e/test_faults.py
+	$(PY) -m pytest -q --color=no -p no:cacheprovider -m "not matrix" tests/unit tests/e2e --ignore=tests/e2e/test_faults.py
+
+# The further cases of the end-to-end matrices (`-m matrix`: a resume in stream mode, with a
+# critic, with LoRA; the MPI-buffer transport; ...) whose first cases `make test` runs. About 4
+# minutes on 2 cores, so CI runs them (.ci/run) beside `make test`, keeping it near 25 minutes.
+test-matrix: venv
+	$(PY) -m pytest -q --color=no -p no:cacheprovider -m matrix tests/e2e --ignore=tests/e2e/test_faults.py
 
 # The fault matrix (tests/e2e/test_faults.py): a job per injected fault (kill -9 and an
 # exception in each role, a stopped rank, a deadlocked loop, a NaN loss, a killed launcher),

@@ -50,7 +50,15 @@ def _check_steps(metrics: list[dict], staleness: int) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode, staleness", [("stream", 1), ("batch", 0), ("stream", 0), ("batch", 2)])
+@pytest.mark.parametrize(
+    "mode, staleness",
+    [
+        ("stream", 1),
+        ("batch", 0),
+        pytest.param("stream", 0, marks=pytest.mark.matrix),
+        pytest.param("batch", 2, marks=pytest.mark.matrix),
+    ],
+)
 def test_steps_train_only_groups_with_signal_at_any_staleness(tmp_path, sft_model, mode, staleness):
     metrics = _sim_job(tmp_path, sft_model, mode, staleness, {"max_refill_rounds": 8})
     _check_steps(metrics, staleness)

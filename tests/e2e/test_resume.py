@@ -78,7 +78,9 @@ def _assert_adapters_only(checkpoint: Path, sft_model: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["batch", "stream", "critic", "lora"])
+@pytest.mark.parametrize(
+    "mode", ["batch", *(pytest.param(m, marks=pytest.mark.matrix) for m in ("stream", "critic", "lora"))]
+)
 def test_a_killed_run_resumes_bit_identically_at_staleness_0(tmp_path, sft_model, mode):
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     rollout = {"critic": CRITIC, "lora": LORA}.get(mode) or {"rollout": {"mode": mode}}
@@ -136,7 +138,7 @@ def test_a_killed_run_resumes_bit_identically_at_staleness_0(tmp_path, sft_model
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["batch", "stream", "partial"])
+@pytest.mark.parametrize("mode", ["batch", pytest.param("stream", marks=pytest.mark.matrix), "partial"])
 def test_a_killed_run_trains_every_step_once_at_staleness_1(tmp_path, sft_model, mode):
     whole, broken = tmp_path / "whole", tmp_path / "broken"
     rollout = {"mode": "stream", "oversample": 0.5} if mode == "partial" else {"mode": mode}
@@ -172,7 +174,9 @@ def _wait_for_steps(proc, run_dir: Path, n: int) -> None:
 @pytest.mark.slow
 # Staleness 0 on one host: weights.transport auto is MPI, whose posted receives a stopping
 # generator leaves behind as gloo's; 1: gloo.
-@pytest.mark.parametrize("staleness", [1, 0], ids=["async-gloo", "sync-mpi-buffers"])
+@pytest.mark.parametrize(
+    "staleness", [pytest.param(1, id="async-gloo"), pytest.param(0, id="sync-mpi-buffers", marks=pytest.mark.matrix)]
+)
 def test_sigterm_to_mpirl_run_checkpoints_exits_resumable_and_resumes(tmp_path, sft_model, staleness):
     from runtime.preemption import EXIT_RESUMABLE
 

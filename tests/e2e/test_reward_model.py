@@ -67,7 +67,7 @@ def test_the_policy_learns_what_the_reward_model_prefers(tmp_path, sft_model, to
     assert all(m["verifier_failures"] == 0 for m in metrics)
 
 
-@pytest.mark.parametrize("mode", ["batch", "stream"])
+@pytest.mark.parametrize("mode", ["batch", pytest.param("stream", marks=pytest.mark.matrix)])
 def test_two_reward_ranks_share_one_sharded_reward_model(tmp_path, sft_model, mode):
     """world.reward: 2 with shard: true: the reward ranks score in lockstep (each forward pass
     gathers the model from both) and stop together, with groups routed to both; with streamed

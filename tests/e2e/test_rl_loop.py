@@ -95,7 +95,9 @@ def test_the_vllm_engine_runs_the_same_job(tmp_path, sft_model, mode):
 
 
 # Not the id "mpi": pytest-mpi skips tests with that keyword unless run under --with-mpi.
-@pytest.mark.parametrize("transport", ["torch", "mpi"], ids=["gloo", "mpi-buffers"])
+@pytest.mark.parametrize(
+    "transport", [pytest.param("torch", id="gloo"), pytest.param("mpi", id="mpi-buffers", marks=pytest.mark.matrix)]
+)
 def test_sharded_trainers_feed_two_generators(tmp_path, sft_model, transport):
     """2 FSDP2 trainers push their shards straight to 2 generators (6 ranks): the job runs.
 
