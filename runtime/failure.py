@@ -37,7 +37,7 @@ def report_and_abort(role: str, exc: BaseException, comm: MPI.Comm = MPI.COMM_WO
 def wait_until_output_is_read(timeout_s: float = 2.0) -> None:
     """Wait (up to ``timeout_s``) until the launcher has read what this rank wrote to its
     stdout and stderr pipes. MPICH's hydra forwards output and the abort on one socket, in the
-    order it read them, but an abort that reaches it first can drop the report (2 in 30 jobs)."""
+    order it read them, and an abort read first can drop the report (docs/log.md)."""
     deadline = time.monotonic() + timeout_s
     for fd in (2, 1):
         while _unread_bytes(fd) and time.monotonic() < deadline:
